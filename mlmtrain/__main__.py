@@ -1,0 +1,5 @@
+"""`python -m mlmtrain` runs the command-line tool (also under torchrun)."""
+
+from mlmtrain.cli import main
+
+main()

@@ -1,0 +1,188 @@
+"""The command-line map: each Typer command parses its options and calls one typed function.
+
+No logic lives here. User mistakes (`UserError`, bad arguments) become one line on stderr and
+exit code 2; `--debug` keeps the traceback. Heavy modules are imported inside the commands so
+that `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import click
+import typer
+
+from mlmtrain import __version__
+from mlmtrain.errors import UserError
+
+app = typer.Typer(
+    help="Pretrain small BERT encoders with masked language modeling, from a YAML config.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+config_app = typer.Typer(help="Inspect configs.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+_state = {"debug": False}
+
+ConfigOption = typer.Option(None, "--config", "-c", help="YAML config file.", show_default=False)
+SetOption = typer.Option(
+    [], "--set", "-s", help="Override one key, e.g. --set optim.lr=1e-3 (repeatable; values are YAML scalars)."
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"mlmtrain {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks for errors."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    _state["debug"] = debug
+
+
+def _load(config: Optional[Path], overrides: list[str]):
+    from mlmtrain.config import load_config
+
+    return load_config(config, overrides)
+
+
+@app.command()
+def tokenize(
+    config: Optional[Path] = ConfigOption,
+    overrides: list[str] = SetOption,
+    tokenizer: Optional[str] = typer.Option(
+        None, "--tokenizer", help="Reuse this tokenizer folder (or hub name) instead of training one."
+    ),
+) -> None:
+    """Train the WordPiece tokenizer on the train split and encode train and validation into the token store."""
+    from mlmtrain.tokens import tokenize_corpus
+
+    cfg = _load(config, overrides)
+    if tokenizer is not None:
+        cfg.tokenizer.pretrained = tokenizer
+    tokenize_corpus(cfg)
+
+
+@app.command()
+def pretrain(
+    config: Optional[Path] = ConfigOption,
+    overrides: list[str] = SetOption,
+    resume: Optional[str] = typer.Option(
+        None, "--resume", help="Continue a run: 'auto' (the newest complete checkpoint in run_dir) or a checkpoint folder."
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Start afresh in a run_dir that holds another run."),
+) -> None:
+    """Pretrain a BertForMaskedLM with dynamic masking; writes checkpoints to run_dir/checkpoints."""
+    from mlmtrain.train import pretrain as run_pretrain
+
+    run_pretrain(_load(config, overrides), resume=resume, overwrite=overwrite)
+
+
+@app.command("eval-perplexity")
+def eval_perplexity(
+    model: Path = typer.Option(..., "--model", "-m", help="Masked-LM folder (any BertForMaskedLM-compatible checkpoint)."),
+    data: Optional[str] = typer.Option(
+        None, "--data", "-d", help="Text source: a path, glob, 'builtin:python-docs' or 'hf:NAME[/CONFIG]:SPLIT'."
+    ),
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", help="Take the validation source and masking settings from this config."
+    ),
+    overrides: list[str] = SetOption,
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Block length; default: the model's training seq_len, or 128."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the fixed masks (default: masking.eval_seed)."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Blocks per forward pass."),
+    max_blocks: Optional[int] = typer.Option(None, "--max-blocks", help="Evaluate at most this many blocks."),
+    pseudo: bool = typer.Option(False, "--pseudo", help="Pseudo-log-likelihood perplexity: every token masked once."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="With --pseudo: score at most this many tokens."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Masked-LM perplexity of a checkpoint on a text source, with fixed (seeded) masks."""
+    from mlmtrain.evaluate import run_eval_command
+
+    run_eval_command(
+        model=model, data=data, config=config, overrides=overrides, seq_len=seq_len, seed=seed,
+        batch_size=batch_size, max_blocks=max_blocks, pseudo=pseudo, max_tokens=max_tokens,
+        device=device, as_json=as_json,
+    )
+
+
+@app.command("fill-mask")
+def fill_mask(
+    model: Path = typer.Option(..., "--model", "-m", help="Masked-LM folder."),
+    text: Optional[str] = typer.Argument(None, help="Text with [MASK] (or the model's mask token); default: lines from stdin."),
+    top_k: int = typer.Option(5, "--top-k", "-k", help="Completions to show per mask."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+) -> None:
+    """Top-k completions for each mask in TEXT, through transformers' fill-mask pipeline."""
+    from mlmtrain.evaluate import run_fill_mask_command
+
+    run_fill_mask_command(model=model, text=text, top_k=top_k, device=device)
+
+
+@config_app.command("show")
+def config_show(config: Optional[Path] = ConfigOption, overrides: list[str] = SetOption) -> None:
+    """Print the resolved config (file + overrides + defaults) as YAML."""
+    typer.echo(_load(config, overrides).to_yaml(), nl=False)
+
+
+@config_app.command("fields")
+def config_fields() -> None:
+    """List every config key with its default and meaning."""
+    from mlmtrain.config import describe_fields
+
+    for key, default, help_text in describe_fields():
+        typer.echo(f"{key} = {default!r}\n    {help_text}")
+
+
+def _normalise_argv(argv: list[str]) -> list[str]:
+    """A bare `--resume` (no value, or followed by another option) means `--resume auto`."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--resume" and (i + 1 == len(out) or out[i + 1].startswith("-")):
+            out.insert(i + 1, "auto")
+            break
+    return out
+
+
+# Typer >= 0.20 vendors click (its errors derive from typer.TyperException); older ones use click itself.
+_EXIT = (typer.Exit, click.exceptions.Exit)
+_ABORT = (typer.Abort, click.exceptions.Abort, KeyboardInterrupt)
+_USAGE = (click.ClickException,) + ((typer.TyperException,) if hasattr(typer, "TyperException") else ())
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Entry point: run the app, turning user mistakes into one line and exit code 2."""
+    args = _normalise_argv(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        app(args=args, prog_name="mlmtrain", standalone_mode=False)
+    except UserError as error:
+        if debug:
+            raise
+        print(f"mlmtrain: {error}", file=sys.stderr)
+        sys.exit(2)
+    except _EXIT as done:
+        sys.exit(done.exit_code)
+    except _ABORT:
+        print("mlmtrain: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except _USAGE as error:
+        if type(error).__name__ == "NoArgsIsHelpError":  # bare `mlmtrain`: show the help
+            print(error.ctx.get_help())
+            sys.exit(0)
+        if debug:
+            raise
+        print(f"mlmtrain: argument: {error.format_message()} (see --help)", file=sys.stderr)
+        sys.exit(getattr(error, "exit_code", 2))
