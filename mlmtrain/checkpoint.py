@@ -1,0 +1,134 @@
+"""Checkpoints: atomic save, `latest`, pruning, and loading the training state for an exact resume.
+
+A checkpoint is `RUN_DIR/checkpoints/step-N/`: a plain Hugging Face model folder (safetensors, config.json,
+tokenizer files, mlmtrain.yaml) plus `training_state.pt` (optimizer, scaler, step, tokens, data position,
+RNG states). It is written to a temporary folder, `COMPLETE` is written last, then the folder is renamed:
+a folder without `COMPLETE` is never loaded, so a kill at any moment leaves the previous one usable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from mlmtrain.config import Config, save_config
+from mlmtrain.errors import UserError
+
+COMPLETE = "COMPLETE"
+STATE_FILE = "training_state.pt"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def checkpoints_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """(step, folder) of every complete checkpoint, oldest first; temporary and unfinished ones are ignored."""
+    folder = checkpoints_dir(run_dir)
+    found = []
+    if folder.is_dir():
+        for child in folder.iterdir():
+            match = _STEP_DIR.match(child.name)
+            if match and child.is_dir() and not child.is_symlink() and (child / COMPLETE).exists():
+                found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: Path) -> Optional[Path]:
+    found = complete_checkpoints(run_dir)
+    return found[-1][1] if found else None
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Flush every file of a folder to disk before it is marked complete (a crash must not leave holes)."""
+    for path in folder.iterdir():
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+
+
+def save_checkpoint(run_dir: Path, step: int, model: Any, tokenizer: Any, cfg: Config, state: dict[str, Any],
+                    metrics: Optional[dict[str, Any]] = None) -> Path:
+    """Write checkpoint step-N atomically, point `latest` at it and return its folder.
+
+    On a write error (disk full, permissions) the temporary folder is removed and a UserError says so;
+    the checkpoints written before stay as they were.
+    """
+    root = checkpoints_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step}"
+    staging = root / f".tmp-step-{step}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir()
+        model.save_pretrained(str(staging), safe_serialization=True)
+        tokenizer.save_pretrained(str(staging))
+        save_config(cfg, staging)
+        torch.save(state, staging / STATE_FILE)
+        (staging / "checkpoint.json").write_text(json.dumps({"step": step, **(metrics or {})}, indent=1))
+        _fsync_tree(staging)
+        (staging / COMPLETE).write_text("ok\n")
+        if final.exists():  # the final save can land on a step that was just saved periodically
+            shutil.rmtree(final)
+        staging.rename(final)
+    except OSError as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        previous = latest_checkpoint(run_dir)
+        kept = f"; the last complete checkpoint {previous} is intact" if previous else ""
+        raise UserError("checkpoint", f"could not write {final}: {error.strerror or error}{kept}; "
+                                      "free disk space or fix permissions, then resume with --resume") from None
+    _point_latest(root, final)
+    return final
+
+
+def _point_latest(root: Path, target: Path) -> None:
+    """`checkpoints/latest` -> step-N, replaced atomically (a symlink, so any tool can load it as a folder)."""
+    link = root / "latest"
+    temporary = root / f".latest-{os.getpid()}"
+    if temporary.is_symlink() or temporary.exists():
+        temporary.unlink()
+    os.symlink(target.name, temporary)
+    os.replace(temporary, link)
+
+
+def prune_checkpoints(run_dir: Path, keep_last: int, keep: Optional[Path] = None) -> None:
+    """Remove all but the newest `keep_last` complete checkpoints (0 keeps all); `keep` is always spared."""
+    if keep_last <= 0:
+        return
+    found = complete_checkpoints(run_dir)
+    for _, folder in found[:-keep_last]:
+        if keep is None or folder.resolve() != keep.resolve():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def resolve_resume(run_dir: Path, resume: str) -> Optional[Path]:
+    """The checkpoint folder named by --resume ('auto': the newest complete one in run_dir, or None)."""
+    if resume == "auto":
+        return latest_checkpoint(run_dir)
+    folder = Path(resume)
+    if not folder.is_dir():
+        raise UserError("checkpoint", f"--resume {resume}: no such folder; pass a checkpoint folder or 'auto'")
+    return folder.resolve()
+
+
+def load_training_state(folder: Path) -> dict[str, Any]:
+    """The training state of a checkpoint; UserError for an unfinished, truncated or foreign folder."""
+    folder = Path(folder)
+    if not (folder / COMPLETE).exists():
+        raise UserError("checkpoint", f"{folder} is not a complete checkpoint (no {COMPLETE} marker); "
+                                      "resume from another one or start afresh with --overwrite")
+    for needed in (STATE_FILE, "config.json", "model.safetensors"):
+        if not (folder / needed).is_file():
+            raise UserError("checkpoint", f"{folder} has no {needed}; it cannot be resumed from")
+    try:
+        return torch.load(folder / STATE_FILE, map_location="cpu", weights_only=False)
+    except Exception as error:  # a truncated or garbled pickle raises many kinds of errors
+        raise UserError("checkpoint", f"{folder}/{STATE_FILE} is damaged ({type(error).__name__}); "
+                                      "resume from an older checkpoint") from None

@@ -1,0 +1,90 @@
+"""Who am I in a (possibly) distributed job: rank, world size, device; process-group set-up and teardown.
+
+Reads the environment that `torchrun` sets (RANK, WORLD_SIZE, LOCAL_RANK). A plain `mlmtrain pretrain` is
+rank 0 of 1 and never touches torch.distributed. No module-level state: callers hold a `DistContext`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from mlmtrain.errors import UserError
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """'auto' -> the local CUDA device if there is one, else CPU; 'cuda' -> this process's GPU."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UserError("config", f"train.device is {name!r} but no CUDA device is available; use auto or cpu")
+        if name == "cuda":
+            name = f"cuda:{local_rank}"
+        index = int(name.split(":")[1])
+        if index >= torch.cuda.device_count():
+            raise UserError("config", f"train.device {name!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return torch.device(name)
+
+
+def init_distributed(device_name: str = "auto", timeout_s: float = 600.0) -> DistContext:
+    """Join the torchrun job if there is one (NCCL on CUDA, gloo on CPU); else a single-process context."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = resolve_device(device_name, local_rank)
+    if world_size > 1 and not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)  # pin before NCCL init so each rank owns its own GPU
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+    return DistContext(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
+
+
+def teardown(ctx: DistContext) -> None:
+    """Leave the process group; safe to call twice and after errors."""
+    if ctx.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier(ctx: DistContext) -> None:
+    if ctx.distributed:
+        dist.barrier()
+
+
+def all_reduce_sum(ctx: DistContext, values: torch.Tensor) -> torch.Tensor:
+    """Sum a tensor over ranks (identity when single-process). Works on a copy on the collective's device."""
+    if not ctx.distributed:
+        return values
+    reduced = values.detach().clone().to(ctx.device)
+    dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
+    return reduced.to(values.device)
+
+
+def broadcast_object(ctx: DistContext, value: object) -> object:
+    """Rank 0's value on every rank (for decisions such as 'stop now' that all ranks must share)."""
+    if not ctx.distributed:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

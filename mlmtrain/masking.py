@@ -1,0 +1,248 @@
+"""MLM masking: which positions to predict and what the model sees there, plus the batch collator.
+
+Masks are a pure function of (seed, epoch, block index): each block draws its uniforms from its own
+`torch.Generator`, so a resumed run, a run on another number of ranks or workers, and an evaluation
+all see the same masks for the same block. No global RNG is touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from mlmtrain.config import MaskingConfig
+from mlmtrain.errors import UserError
+
+IGNORE_INDEX = -100  # label of positions that are not predicted; CrossEntropyLoss skips it
+_U64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What masking needs to know about a tokenizer's vocabulary."""
+
+    vocab_size: int
+    mask_id: int
+    pad_id: int
+    special_ids: tuple[int, ...]
+    # bool [vocab_size]: True for '##' WordPiece continuation pieces; None when the vocabulary has none
+    continuation: torch.Tensor | None = field(default=None, compare=False)
+    # lookup tables built once, so masking a batch is a few gathers
+    _special_table: torch.Tensor = field(init=False, repr=False, compare=False)
+    _ordinary: torch.Tensor = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ids = (self.mask_id, self.pad_id, *self.special_ids)
+        if any(not 0 <= i < self.vocab_size for i in ids):
+            raise ValueError(f"special ids {ids} must lie in [0, vocab_size={self.vocab_size})")
+        if self.continuation is not None and self.continuation.shape != (self.vocab_size,):
+            raise ValueError(f"continuation must have shape ({self.vocab_size},), got {tuple(self.continuation.shape)}")
+        table = torch.zeros(self.vocab_size, dtype=torch.bool)
+        # mask and pad count as special even if a caller forgot them in special_ids
+        table[list(ids)] = True
+        ordinary = (~table).nonzero().squeeze(1)
+        if ordinary.numel() == 0:
+            raise ValueError("the vocabulary has no ordinary (non-special) tokens to draw random replacements from")
+        object.__setattr__(self, "_special_table", table)
+        object.__setattr__(self, "_ordinary", ordinary)
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any) -> VocabInfo:
+        """Read ids from a `transformers` tokenizer; `UserError` if it lacks a mask or pad token."""
+        for role in ("mask", "pad"):
+            if getattr(tokenizer, f"{role}_token_id") is None:
+                raise UserError(
+                    "tokenizer",
+                    f"the tokenizer has no {role} token; MLM needs one (train it with a [{role.upper()}] token)",
+                )
+        # len() counts added tokens too, which `tokenizer.vocab_size` leaves out
+        vocab_size = len(tokenizer)
+        special = set(tokenizer.all_special_ids)
+        special.update(i for i, tok in tokenizer.added_tokens_decoder.items() if tok.special)
+        pieces = tokenizer.convert_ids_to_tokens(list(range(vocab_size)))
+        continuation = torch.tensor([p is not None and p.startswith("##") for p in pieces], dtype=torch.bool)
+        return cls(
+            vocab_size=vocab_size,
+            mask_id=tokenizer.mask_token_id,
+            pad_id=tokenizer.pad_token_id,
+            special_ids=tuple(sorted(special)),
+            continuation=continuation if bool(continuation.any()) else None,
+        )
+
+    def ordinary_ids(self) -> torch.Tensor:
+        """int64 ids that are not special: the set random replacements are drawn from."""
+        return self._ordinary
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _U64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _U64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _U64
+    return x ^ (x >> 31)
+
+
+def block_seed(seed: int, epoch: int, block_index: int) -> int:
+    """The generator seed of one block: a splitmix64 mix of the three ints (each taken mod 2**64), 63 bits."""
+    h = 0
+    for part in (seed, epoch, block_index):
+        h = _splitmix64(h ^ (part & _U64))
+    return h >> 1
+
+
+def _block_uniforms(seeds: Sequence[int], lengths: Sequence[int], width: int) -> torch.Tensor:
+    """[B, 3, width] float32 uniforms (selection, 80/10/10, random token), row b drawn from seeds[b] alone.
+
+    Each row draws `torch.rand(3, lengths[b])`'s numbers, its own real length rather than the batch width, so a
+    padded block gets the same uniforms whatever it is batched with; the tail stays 1.0 (never selected).
+    """
+    generator = torch.Generator()
+    out = torch.ones(len(seeds), 3, width)
+    for row, (seed, length) in enumerate(zip(seeds, lengths, strict=True)):
+        generator.manual_seed(int(seed))
+        # in place: the same numbers as torch.rand(3, length, generator=generator), without a copy
+        out[row, :, :length].uniform_(generator=generator)
+    return out
+
+
+def _word_starts(maskable: torch.Tensor, continuation: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(is_start [B,T] bool, start_index [B,T] int64): the unit a position's selection decision belongs to.
+
+    Without `continuation` every maskable position is its own unit. With it, a '##' piece joins the
+    word of the position before it, unless that one is special or padding (those break words), so a
+    block that begins mid-word starts a word of its own at its first ordinary piece.
+    """
+    positions = torch.arange(maskable.shape[1], device=maskable.device).expand_as(maskable)
+    if continuation is None:
+        return maskable, positions
+    prev_maskable = torch.nn.functional.pad(maskable[:, :-1], (1, 0), value=False)
+    is_start = maskable & ~(continuation & prev_maskable)
+    # the latest start at or before each position; non-maskable positions get a value but are never selected
+    start_index = torch.cummax(torch.where(is_start, positions, 0), dim=1).values
+    return is_start, start_index
+
+
+def _fixed_count_units(
+    maskable: torch.Tensor, is_start: torch.Tensor, start_index: torch.Tensor, u_select: torch.Tensor, rate: float
+) -> torch.Tensor:
+    """Bool [B,T] over unit starts: take units in the order of their uniforms until round(rate x maskable) tokens."""
+    target = torch.round(maskable.sum(1, keepdim=True) * rate)  # half-to-even, like Python's round()
+    # tokens per unit, stored at the unit's start position
+    sizes = torch.zeros(maskable.shape, dtype=torch.long, device=maskable.device)
+    sizes.scatter_add_(1, start_index, maskable.long())
+    # non-starts sort last (uniforms are < 1); stable, so float32 ties break by position, not by batch width
+    order = torch.where(is_start, u_select, 2.0).argsort(dim=1, stable=True)
+    sorted_sizes = sizes.gather(1, order)
+    taken_before = sorted_sizes.cumsum(1) - sorted_sizes
+    take_sorted = (taken_before < target) & is_start.gather(1, order)
+    return torch.zeros_like(is_start).scatter_(1, order, take_sorted)
+
+
+def mask_tokens(
+    input_ids: torch.Tensor,
+    vocab: VocabInfo,
+    cfg: MaskingConfig,
+    seeds: torch.Tensor | Sequence[int],
+    attention_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mask a batch for MLM: returns (masked inputs int64 [B,T], labels int64 [B,T]); `input_ids` is not modified.
+
+    `seeds` holds one generator seed per row (normally `block_seed(seed, epoch, block_index)`); a row's
+    result depends on its ids, its attention mask and its seed only, never on the rest of the batch
+    (nor, with right padding, on the padded width).
+
+    Maskable positions are those whose id is not special and whose attention mask (if given) is 1.
+    Selection: each maskable position (with `whole_word`, each word: a '##' piece follows its word
+    start) is selected with probability `mlm_probability`. With `fixed_count`, units are taken in a
+    random order until round(mlm_probability x maskable tokens) are selected: exactly that many
+    tokens per row, or with `whole_word` at least that many, over by less than the last word's length
+    (whole words only, and the count never falls short). Of the selected tokens, each independently
+    becomes [MASK] (`mask_replace`), a uniform random ordinary token (`random_replace`), or stays.
+    Labels are the original ids at selected positions, -100 elsewhere. A row, even a whole batch, may
+    have no selected position (short rows, low rate): the loss over it is undefined, so callers skip it.
+    """
+    ids = input_ids.long()
+    if ids.dim() != 2:
+        raise ValueError(f"input_ids must be [batch, seq_len], got shape {tuple(ids.shape)}")
+    seeds = seeds.tolist() if isinstance(seeds, torch.Tensor) else list(seeds)
+    if len(seeds) != ids.shape[0]:
+        raise ValueError(f"need one seed per row: {len(seeds)} seeds for {ids.shape[0]} rows")
+    if cfg.whole_word and vocab.continuation is None:
+        raise UserError("masking", "masking.whole_word needs a WordPiece tokenizer with '##' pieces; set it to false")
+    device = ids.device
+
+    maskable = ~vocab._special_table.to(device)[ids]
+    width = ids.shape[1]
+    lengths = [width] * len(seeds)
+    if attention_mask is not None:
+        attended = attention_mask.to(device).bool()
+        maskable &= attended
+        # a row's length is up to its last attended position (right padding leaves the head alone)
+        lengths = (attended * torch.arange(1, width + 1, device=device)).amax(1).tolist()
+    u_select, u_split, u_token = _block_uniforms(seeds, lengths, width).to(device).unbind(1)
+    continuation = vocab.continuation.to(device)[ids] if cfg.whole_word else None
+
+    is_start, start_index = _word_starts(maskable, continuation)
+    if cfg.fixed_count:
+        chosen_unit = _fixed_count_units(maskable, is_start, start_index, u_select, cfg.mlm_probability)
+    else:
+        chosen_unit = u_select < cfg.mlm_probability
+    if continuation is not None:  # every piece takes the decision of its word's start
+        chosen_unit = chosen_unit.gather(1, start_index)
+    selected = maskable & chosen_unit
+
+    to_mask = selected & (u_split < cfg.mask_replace)
+    to_random = selected & ~to_mask & (u_split < cfg.mask_replace + cfg.random_replace)
+    ordinary = vocab.ordinary_ids().to(device)
+    # clamp: float32 rounding of u * n can reach n for u just below 1
+    random_ids = ordinary.take((u_token * ordinary.numel()).long().clamp_max(ordinary.numel() - 1))
+
+    masked = torch.where(to_mask, vocab.mask_id, torch.where(to_random, random_ids, ids))
+    labels = torch.where(selected, ids, IGNORE_INDEX)
+    return masked, labels
+
+
+def _as_int64(x: Any) -> torch.Tensor:
+    """A 1-D token block (tensor, numpy array or list, any int dtype) as an int64 tensor."""
+    if isinstance(x, torch.Tensor):
+        return x.long()
+    # via numpy: torch has no conversion for every numpy int dtype (uint32 stores, for one)
+    return torch.from_numpy(np.asarray(x).astype(np.int64, copy=False))
+
+
+class MaskingCollator:
+    """DataLoader collate_fn: stacks (or pads) blocks and masks each by `block_seed(seed, epoch, index)`.
+
+    Equal-length blocks (packing) give {"input_ids", "labels"} and no attention mask, so attention
+    runs unmasked; blocks of different lengths are padded with `pad_id` to the longest, rounded up to a
+    multiple of `pad_to_multiple_of`, and also get "attention_mask" (int64, 1 = real token).
+    """
+
+    def __init__(self, vocab: VocabInfo, cfg: MaskingConfig, seed: int, pad_to_multiple_of: int = 8) -> None:
+        if pad_to_multiple_of < 1:
+            raise ValueError(f"pad_to_multiple_of must be >= 1 (got {pad_to_multiple_of})")
+        self.vocab = vocab
+        self.cfg = cfg
+        self.seed = seed
+        self.pad_to_multiple_of = pad_to_multiple_of
+
+    def __call__(self, items: list[dict]) -> dict[str, torch.Tensor]:
+        blocks = [_as_int64(item["input_ids"]) for item in items]
+        seeds = [block_seed(self.seed, int(item["epoch"]), int(item["index"])) for item in items]
+        lengths = [b.shape[0] for b in blocks]
+        if len(set(lengths)) == 1:
+            masked, labels = mask_tokens(torch.stack(blocks), self.vocab, self.cfg, seeds)
+            return {"input_ids": masked, "labels": labels}
+
+        multiple = self.pad_to_multiple_of
+        width = -(-max(lengths) // multiple) * multiple
+        input_ids = torch.full((len(blocks), width), self.vocab.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(blocks), width), dtype=torch.long)
+        for row, block in enumerate(blocks):
+            input_ids[row, : len(block)] = block
+            attention_mask[row, : len(block)] = 1
+        masked, labels = mask_tokens(input_ids, self.vocab, self.cfg, seeds, attention_mask)
+        return {"input_ids": masked, "labels": labels, "attention_mask": attention_mask}

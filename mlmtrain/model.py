@@ -1,0 +1,121 @@
+"""The model: a plain Hugging Face `BertForMaskedLM` built from `ModelConfig`, and `MaskedLM`, the one module
+that the training loop (and DDP / torch.compile) wraps, whose forward runs encoder, MLM head and summed loss.
+Also the parameter count and the training FLOPs per token used for throughput figures.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers import BertConfig, BertForMaskedLM
+
+from mlmtrain.config import ModelConfig
+from mlmtrain.errors import UserError
+
+IGNORE_INDEX = -100  # label of positions that are not predicted (HF's CrossEntropyLoss convention)
+
+
+def padded_vocab_size(vocab_size: int, multiple: int) -> int:
+    """`vocab_size` rounded up to a multiple of `multiple` (rows of the embedding and the decoder)."""
+    return -(-vocab_size // multiple) * multiple
+
+
+def build_model(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertForMaskedLM:
+    """A freshly initialised `BertForMaskedLM` (HF's own init; seed torch first for reproducible weights).
+
+    The embedding has `vocab_size` rounded up to `cfg.pad_vocab_multiple` rows; the extra rows are never
+    labels, so training only pushes their logits down. The decoder weight is the word embedding (tied) and the
+    result is a stock HF model: `save_pretrained` + `AutoModelForMaskedLM.from_pretrained` need nothing of ours.
+    """
+    if vocab_size < 1:
+        raise UserError("model", f"the tokenizer's vocabulary is empty (vocab_size={vocab_size})")
+    if not 0 <= pad_id < vocab_size:
+        raise UserError(
+            "model",
+            f"pad token id {pad_id} is outside the vocabulary [0, {vocab_size}); "
+            "the tokenizer folder must define [PAD]",
+        )
+    config = BertConfig(
+        vocab_size=padded_vocab_size(vocab_size, cfg.pad_vocab_multiple),
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=cfg.max_position_embeddings,
+        hidden_dropout_prob=cfg.hidden_dropout,
+        attention_probs_dropout_prob=cfg.attention_dropout,
+        pad_token_id=pad_id,
+        tie_word_embeddings=True,
+        attn_implementation="sdpa",
+    )
+    model = BertForMaskedLM(config)
+    # transformers 5.x ties through `_tied_weights_keys` in post_init; fail loudly if a future version stops doing
+    # so, because an untied decoder silently doubles the embedding parameters and changes the checkpoint.
+    if model.cls.predictions.decoder.weight is not model.bert.embeddings.word_embeddings.weight:
+        raise RuntimeError("BertForMaskedLM did not tie the decoder to the word embedding")
+    return model
+
+
+class MaskedLM(torch.nn.Module):
+    """Wraps a `BertForMaskedLM` so DDP / torch.compile wrap ONE module whose forward does encoder + head + loss.
+
+    `forward` returns the SUM of the float32 cross-entropy over selected positions (labels != -100), so the loop
+    can divide by the number of selected tokens in the whole global batch (all micro-batches, all ranks) and get
+    the exact mean, however unevenly the selected tokens fall.
+    """
+
+    def __init__(self, mlm: BertForMaskedLM, sparse_head: bool = True) -> None:
+        super().__init__()
+        self.mlm = mlm
+        self.sparse_head = sparse_head
+
+    def forward(
+        self, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        # attention_mask=None reaches SDPA as attn_mask=None, its fast unmasked path (checked in transformers 5.24:
+        # BertModel -> create_bidirectional_mask -> sdpa_mask returns None when the 2D mask is None or all ones,
+        # because allow_is_bidirectional_skip defaults to True; sdpa_attention_forward then sees is_causal False, as
+        # BertSelfAttention.is_causal = config.is_decoder = False). An all-ones mask costs a `.all()` check, a host
+        # sync on CUDA, to reach the same place; packed blocks have no padding, so pass None.
+        # tests/test_model.py::test_unmasked_batch_reaches_sdpa_without_a_mask guards this against upgrades.
+        hidden = self.mlm.bert(input_ids, attention_mask=attention_mask).last_hidden_state
+        if self.sparse_head:
+            # The head (H x H transform, H x V decoder) is most of the cost of a small BERT; run it on the ~15 %
+            # selected rows only. Boolean indexing has a data-dependent shape (a host sync on CUDA).
+            selected = labels != IGNORE_INDEX
+            logits = self.mlm.cls(hidden[selected])
+            targets = labels[selected]
+        else:
+            logits = self.mlm.cls(hidden).flatten(0, 1)
+            targets = labels.flatten()
+        # With no selected position the sum over an empty set is an exact 0 that still hangs off the graph (through
+        # the empty head matmul), so backward runs and every parameter gets a zero gradient, as DDP expects.
+        return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum")
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Number of distinct parameter values (a tied weight counts once, as `parameters()` deduplicates)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def flops_per_token(
+    cfg: ModelConfig, vocab_size: int, seq_len: int, mlm_probability: float, sparse_head: bool
+) -> float:
+    """Training FLOPs per input token: forward + backward = 3 x forward, 2 FLOPs per multiply-accumulate.
+
+    With H = hidden_size, I = intermediate_size, L = num_layers, S = seq_len, V = vocab_size rounded up to
+    pad_vocab_multiple, and f = mlm_probability with the sparse head (1 with the dense head):
+
+        forward MACs per token = L * (4 H^2 + 2 H I + 2 S H) + f * (H^2 + H V)
+        training FLOPs per token = 6 * forward MACs per token
+
+    4 H^2: query, key, value and output projections; 2 H I: the feed-forward pair; 2 S H: attention scores
+    (Q K^T) and the weighted sum of values; H^2 + H V: the head's transform and decoder. Embedding lookups,
+    LayerNorm, softmax and activations are left out (not matmuls). f is the nominal selection rate: special tokens
+    are never selected, so the real share is a little lower.
+    """
+    hidden, vocab = cfg.hidden_size, padded_vocab_size(vocab_size, cfg.pad_vocab_multiple)
+    encoder = cfg.num_layers * (4 * hidden * hidden + 2 * hidden * cfg.intermediate_size + 2 * seq_len * hidden)
+    head_share = mlm_probability if sparse_head else 1.0
+    head = head_share * (hidden * hidden + hidden * vocab)
+    return 6.0 * (encoder + head)

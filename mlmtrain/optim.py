@@ -1,0 +1,87 @@
+"""The optimizer side: AdamW parameter groups (no weight decay on biases and LayerNorm), the optimizer itself,
+and the learning-rate schedule as a pure function of the step and the share of the budget used.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from mlmtrain.config import OptimConfig
+
+
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Two AdamW groups: decay on matrices (ndim >= 2), none on vectors (ndim < 2).
+
+    The shape rule needs no name patterns: in BERT the vectors are exactly the biases (the decoder's included) and
+    the LayerNorm weights and biases, embeddings' LayerNorm too; every matrix (linear weights, the word, position
+    and token-type embeddings) decays, as in the original BERT recipe. `named_parameters` yields a tied weight
+    once, so each parameter lands in exactly one group. Frozen parameters are left out. Each group carries
+    `param_names`, torch's own key, so an optimizer state dict says which tensor is which.
+    """
+    decay: list[tuple[str, torch.nn.Parameter]] = []
+    no_decay: list[tuple[str, torch.nn.Parameter]] = []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (decay if param.ndim >= 2 else no_decay).append((name, param))
+    return [
+        {"params": [p for _, p in group], "param_names": [n for n, _ in group], "weight_decay": rate}
+        for group, rate in ((decay, weight_decay), (no_decay, 0.0))
+    ]
+
+
+def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW over `parameter_groups`, with the fused CUDA kernel on GPU (one launch for all tensors).
+
+    Elsewhere torch picks its default (the multi-tensor foreach path where available). The starting lr is the
+    peak; the loop sets the scheduled value with `set_learning_rate` before every step.
+    """
+    return torch.optim.AdamW(
+        parameter_groups(model, cfg.weight_decay),
+        lr=cfg.lr,
+        betas=(cfg.beta1, cfg.beta2),
+        eps=cfg.eps,
+        fused=True if device.type == "cuda" else None,
+    )
+
+
+def learning_rate(step: int, progress: float, cfg: OptimConfig, warmup_end_progress: float = 0.0) -> float:
+    """The learning rate for optimizer step `step` (0-based: the number of steps already taken).
+
+    Warm-up, counted in steps: lr * (step + 1) / (warmup_steps + 1) for step <= warmup_steps, a straight line
+    whose first step is already non-zero and which reaches the peak exactly at step == warmup_steps.
+
+    Decay, after warm-up, follows `progress` in [0, 1] (clamped): the share of the budget used, i.e. the loop's
+    step / max_steps, tokens / max_tokens or elapsed / max_time (so a max_time run stretches the schedule to fit).
+    So that decay starts at the end of warm-up, it is measured from `warmup_end_progress`, the progress value
+    at step == warmup_steps: warmup_steps / max_steps for a step budget (warmup_steps * tokens_per_step /
+    max_tokens for a token budget), known up front; for a time budget the loop records it when warm-up ends
+    (and keeps it in its resume state). With t = (progress - warmup_end_progress) / (1 - warmup_end_progress):
+
+        linear:   lr * (1 - (1 - min_lr_ratio) * t)
+        cosine:   lr * (min_lr_ratio + (1 - min_lr_ratio) * (1 + cos(pi * t)) / 2)
+        constant: lr
+    """
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / (cfg.warmup_steps + 1)
+    if cfg.schedule == "constant":
+        return cfg.lr
+    start = min(max(warmup_end_progress, 0.0), 1.0)
+    progress = min(max(progress, 0.0), 1.0)
+    # A warm-up that used the whole budget leaves nothing to decay over: sit at the end value.
+    t = 1.0 if start >= 1.0 else max(progress - start, 0.0) / (1.0 - start)
+    if cfg.schedule == "linear":
+        shape = 1.0 - t
+    elif cfg.schedule == "cosine":
+        shape = 0.5 * (1.0 + math.cos(math.pi * t))
+    else:
+        raise ValueError(f"unknown schedule {cfg.schedule!r}")  # config validation makes this unreachable
+    return cfg.lr * (cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * shape)
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set `lr` on every parameter group (both groups share one schedule)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr

@@ -1,0 +1,223 @@
+"""The WordPiece tokenizer: train it from a stream of documents, save it as a Hugging Face folder, load it back.
+
+A saved folder loads with `transformers.AutoTokenizer.from_pretrained(folder)` (no mlmtrain needed) and encodes any
+text to exactly the ids of the trained `tokenizers.Tokenizer`; `tokenizer_fingerprint` ties token stores to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Union
+
+import tokenizers
+import transformers
+from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from mlmtrain.config import TokenizerConfig
+from mlmtrain.errors import UserError
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]  # the trainer gives them ids 0..4 in this order
+
+_CONFIG_FILE = "tokenizer_config.json"
+_VOCAB_FILES = ("tokenizer.json", "vocab.txt")  # either one lets transformers build the tokenizer
+
+
+def _strip_accents(cfg: TokenizerConfig) -> bool:
+    # Resolved here rather than left None: the saved folder then states it, and the fingerprint of the trained
+    # object equals that of the reloaded one (BertNormalizer keeps None and True apart in its settings).
+    return cfg.lowercase if cfg.strip_accents is None else cfg.strip_accents
+
+
+def _untrained_tokenizer(cfg: TokenizerConfig) -> tokenizers.Tokenizer:
+    tokenizer = tokenizers.Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix="##"))
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=_strip_accents(cfg), lowercase=cfg.lowercase
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    return tokenizer
+
+
+def _batches(texts: Iterable[str], batch_size: int, seen: list[int]) -> Iterator[list[str]]:
+    """Lists of at most batch_size texts; counts the texts in seen[0] (the trainer gives no count back)."""
+    batch: list[str] = []
+    for text in texts:
+        batch.append(text)
+        if len(batch) == batch_size:
+            seen[0] += len(batch)
+            yield batch
+            batch = []
+    if batch:
+        seen[0] += len(batch)
+        yield batch
+
+
+def train_tokenizer(
+    texts: Iterable[str], cfg: TokenizerConfig, batch_size: int = 1000, show_progress: bool = False
+) -> tokenizers.Tokenizer:
+    """Train a BERT-style WordPiece tokenizer on a stream of documents (read once, in batches: memory stays bounded)."""
+    tokenizer = _untrained_tokenizer(cfg)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=cfg.vocab_size,
+        min_frequency=cfg.min_frequency,
+        limit_alphabet=cfg.limit_alphabet,
+        special_tokens=SPECIAL_TOKENS,
+        continuing_subword_prefix="##",
+        show_progress=show_progress,
+    )
+    seen = [0]
+    tokenizer.train_from_iterator(_batches(texts, batch_size, seen), trainer=trainer)
+    if seen[0] == 0:
+        raise UserError("tokenizer", "the training corpus has no documents; point data.train at some text")
+    learned = tokenizer.get_vocab_size(with_added_tokens=True)
+    if learned > cfg.vocab_size:
+        # The trainer never drops characters it kept, so a too-small vocab_size silently grows: say so instead.
+        raise UserError(
+            "tokenizer",
+            f"tokenizer.vocab_size ({cfg.vocab_size}) is below the {learned} special tokens and characters the corpus "
+            f"needs; raise tokenizer.vocab_size well above {learned} or lower tokenizer.limit_alphabet",
+        )
+    # Set after training so the template's ids are the trained ids of [CLS] and [SEP].
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{CLS} $A {SEP}",
+        pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
+        special_tokens=[(CLS, tokenizer.token_to_id(CLS)), (SEP, tokenizer.token_to_id(SEP))],
+    )
+    return tokenizer
+
+
+def _normalizer_settings(backend: tokenizers.Tokenizer) -> dict:
+    return json.loads(backend.to_str())["normalizer"] or {}
+
+
+def _tokenizer_config(tokenizer: tokenizers.Tokenizer, model_max_length: int) -> dict:
+    normalizer = _normalizer_settings(tokenizer)
+    added = {
+        str(tokenizer.token_to_id(token)): {
+            "content": token,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
+        for token in SPECIAL_TOKENS
+    }
+    return {
+        # transformers 5 strips "Fast" and rebuilds a BertTokenizer from the vocabulary and the settings below,
+        # transformers 4 loads tokenizer.json into BertTokenizerFast: both encode like `tokenizer`.
+        "tokenizer_class": "BertTokenizerFast",
+        "do_lower_case": bool(normalizer.get("lowercase", True)),
+        "strip_accents": normalizer.get("strip_accents"),
+        "tokenize_chinese_chars": bool(normalizer.get("handle_chinese_chars", True)),
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": model_max_length,
+        "unk_token": UNK,
+        "sep_token": SEP,
+        "pad_token": PAD,
+        "cls_token": CLS,
+        "mask_token": MASK,
+        "added_tokens_decoder": added,
+    }
+
+
+def _write_folder(tokenizer: tokenizers.Tokenizer, folder: Path, model_max_length: int) -> None:
+    tokenizer.save(str(folder / "tokenizer.json"))
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    (folder / "vocab.txt").write_text("".join(t + "\n" for t in sorted(vocab, key=vocab.__getitem__)), "utf-8")
+    config = _tokenizer_config(tokenizer, model_max_length)
+    (folder / _CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", "utf-8")
+    special = {key: config[key] for key in ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")}
+    (folder / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n", "utf-8")
+
+
+def save_tokenizer(
+    tokenizer: tokenizers.Tokenizer, folder: Path, cfg: TokenizerConfig, model_max_length: int = 512
+) -> None:
+    """Write a Hugging Face tokenizer folder atomically: built beside `folder`, swapped in only once complete.
+
+    `cfg` is accepted for symmetry with training; the folder records the settings of `tokenizer` itself.
+    """
+    del cfg  # the trained object already carries lowercase / strip_accents in its normalizer
+    folder = Path(folder)
+    if folder.exists() and not (folder.is_dir() and (is_tokenizer_folder(folder) or not any(folder.iterdir()))):
+        # Never replace something that is not ours: a mistyped tokenizer.path could name a run folder.
+        raise UserError(
+            "tokenizer",
+            f"{folder} exists and is not a tokenizer folder; set tokenizer.path to a new folder or remove it",
+        )
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    old = folder.parent / f"{staging.name}.old"
+    try:
+        _write_folder(tokenizer, staging, model_max_length)
+        if folder.exists():
+            os.replace(folder, old)
+        os.replace(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if old.exists() and not folder.exists():
+            os.replace(old, folder)  # put the previous tokenizer back
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def is_tokenizer_folder(folder: Path) -> bool:
+    """True when `folder` holds a tokenizer_config.json and tokenizer.json or vocab.txt."""
+    folder = Path(folder)
+    return (folder / _CONFIG_FILE).is_file() and any((folder / name).is_file() for name in _VOCAB_FILES)
+
+
+def _looks_like_path(name: str) -> bool:
+    # Hub ids are NAME or ORG/NAME; anything else that is not on disk is a mistyped local path.
+    return name.startswith((".", "/", "~", "\\")) or name.count("/") > 1 or "\\" in name
+
+
+def load_tokenizer(name_or_folder: Union[str, Path]) -> transformers.PreTrainedTokenizerFast:
+    """A fast tokenizer from a local folder or a hub name, with a clear UserError when it cannot be had."""
+    name = str(name_or_folder)
+    path = Path(name).expanduser()
+    if path.exists() or isinstance(name_or_folder, Path) or _looks_like_path(name):
+        if not path.is_dir():
+            what = "is a file" if path.exists() else "does not exist"
+            raise UserError("tokenizer", f"tokenizer folder {path} {what}; pass the folder written by `tokenize`")
+        if not is_tokenizer_folder(path):
+            missing = [] if (path / _CONFIG_FILE).is_file() else [_CONFIG_FILE]
+            if not any((path / file_name).is_file() for file_name in _VOCAB_FILES):
+                missing.append(" or ".join(_VOCAB_FILES))
+            raise UserError(
+                "tokenizer",
+                f"{path} is not a tokenizer folder: it lacks {' and '.join(missing)}; "
+                "run `mlmtrain tokenize` or pass another folder",
+            )
+        source = str(path)
+    else:
+        source = name
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    except Exception as error:  # hub, network, json and tokenizers errors come in many types; all mean "cannot load"
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UserError("tokenizer", f"cannot load tokenizer {name}: {first_line}") from error
+    if not getattr(tokenizer, "is_fast", False):
+        raise UserError("tokenizer", f"tokenizer {name} is not a fast (Rust) tokenizer; use one with a tokenizer.json")
+    if tokenizer.mask_token is None:
+        raise UserError("tokenizer", f"tokenizer {name} has no mask token, which MLM needs; use a BERT-style tokenizer")
+    return tokenizer
+
+
+def tokenizer_fingerprint(tokenizer: Union[tokenizers.Tokenizer, transformers.PreTrainedTokenizerBase]) -> str:
+    """16 hex digits of sha256 over the vocabulary in id order and the normalizer settings.
+
+    Equal for a trained `tokenizers.Tokenizer` and the transformers tokenizer loaded from its saved folder.
+    """
+    backend = tokenizer if isinstance(tokenizer, tokenizers.Tokenizer) else tokenizer.backend_tokenizer
+    vocab = backend.get_vocab(with_added_tokens=True)
+    identity = {"vocab": sorted(vocab, key=vocab.__getitem__), "normalizer": _normalizer_settings(backend)}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()[:16]

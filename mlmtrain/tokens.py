@@ -1,0 +1,324 @@
+"""The encoded-token store that `mlmtrain tokenize` writes once and `pretrain` reads many times.
+
+Layout of a store folder: `meta.json` (format, tokenizer fingerprint, per-split counts and shards),
+`<split>-NNNNN.bin` (raw token ids, uint16 when the vocabulary fits, else uint32; every document is
+followed by [SEP], so a packed block is one contiguous slice), `<split>.docs.npy` (int64 end offset of
+each document) and `COMPLETE`, written last. A folder without `COMPLETE` is never read; a store is
+built in a temporary folder and renamed into place, so a killed `tokenize` leaves nothing half-done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from bisect import bisect_right
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from mlmtrain.config import Config, save_config
+from mlmtrain.errors import UserError
+from mlmtrain.progress import say
+
+STORE_FORMAT = 1
+COMPLETE = "COMPLETE"
+SPLITS = ("train", "validation")
+SHARD_TOKENS = 1 << 28  # 256 Mi tokens a shard: 512 MB as uint16, small enough to copy, large enough to be few
+ENCODE_BATCH = 1000  # documents per encode_batch call (the Rust encoder runs them on all cores)
+TOKENIZER_META = "mlmtrain-tokenizer.json"
+
+
+def ids_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.uint32)
+
+
+@dataclass
+class SplitStats:
+    documents: int = 0
+    tokens: int = 0
+    words: int = 0
+    unk_tokens: int = 0
+    shards: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _SplitWriter:
+    """Appends encoded documents to shard files, keeping only one batch in memory."""
+
+    def __init__(self, folder: Path, split: str, dtype: np.dtype) -> None:
+        self.folder, self.split, self.dtype = folder, split, dtype
+        self.stats = SplitStats()
+        self.doc_ends: list[np.ndarray] = []
+        self._file = None
+        self._in_shard = 0
+
+    def _open_shard(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        name = f"{self.split}-{len(self.stats.shards):05d}.bin"
+        self._file = open(self.folder / name, "wb")
+        self.stats.shards.append({"file": name, "tokens": 0})
+        self._in_shard = 0
+
+    def write(self, ids: np.ndarray, lengths: np.ndarray) -> None:
+        """ids: the batch's documents (each ending in [SEP]) concatenated; lengths: their sizes."""
+        self.doc_ends.append(self.stats.tokens + np.cumsum(lengths, dtype=np.int64))
+        start = 0
+        while start < len(ids):
+            if self._file is None or self._in_shard >= SHARD_TOKENS:
+                self._open_shard()
+            take = min(len(ids) - start, SHARD_TOKENS - self._in_shard)
+            ids[start:start + take].astype(self.dtype, copy=False).tofile(self._file)
+            self._in_shard += take
+            self.stats.shards[-1]["tokens"] += take
+            start += take
+        self.stats.tokens += int(len(ids))
+        self.stats.documents += int(len(lengths))
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+        ends = np.concatenate(self.doc_ends) if self.doc_ends else np.zeros(0, dtype=np.int64)
+        np.save(self.folder / f"{self.split}.docs.npy", ends)
+
+
+def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for text in texts:
+        batch.append(text)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def encode_split(corpus: Iterable[str], tokenizer: Any, folder: Path, split: str, *, count_words: bool,
+                 progress: Any = None) -> SplitStats:
+    """Encode every document of `corpus` into `folder` with a `tokenizers.Tokenizer` (no [CLS]; [SEP] after each)."""
+    vocab_size = tokenizer.get_vocab_size()
+    sep_id, unk_id = tokenizer.token_to_id("[SEP]"), tokenizer.token_to_id("[UNK]")
+    writer = _SplitWriter(folder, split, ids_dtype(vocab_size))
+    for batch in _batches(corpus, ENCODE_BATCH):
+        encodings = tokenizer.encode_batch(batch, add_special_tokens=False)
+        pieces = [np.asarray(e.ids + [sep_id], dtype=np.int64) for e in encodings]
+        ids = np.concatenate(pieces)
+        writer.write(ids, np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces)))
+        if count_words:
+            writer.stats.words += sum(len(text.split()) for text in batch)
+            writer.stats.unk_tokens += int(np.count_nonzero(ids == unk_id))
+        if progress is not None:
+            progress.update(len(batch))
+            progress.set_postfix(tokens=f"{writer.stats.tokens:,}", refresh=False)
+    writer.close()
+    return writer.stats
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+class TokenStore:
+    """Read-only view of one split of a complete store: token slices and documents, memory-mapped."""
+
+    def __init__(self, folder: Path, split: str) -> None:
+        self.folder = Path(folder)
+        self.meta = read_meta(self.folder)
+        if split not in self.meta["splits"]:
+            raise UserError("data", f"token store {self.folder} has no '{split}' split; run `mlmtrain tokenize` again")
+        info = self.meta["splits"][split]
+        self.split = split
+        self.dtype = np.dtype(self.meta["dtype"])
+        self.num_tokens = int(info["tokens"])
+        self.num_documents = int(info["documents"])
+        self._shards: list[np.ndarray] = []
+        self._starts: list[int] = []
+        start = 0
+        for shard in info["shards"]:
+            path = self.folder / shard["file"]
+            expected = int(shard["tokens"]) * self.dtype.itemsize
+            actual = path.stat().st_size if path.exists() else -1
+            if actual != expected:
+                raise UserError("data", f"token store {self.folder} is damaged: {shard['file']} has {max(actual, 0)} "
+                                        f"bytes, expected {expected}; run `mlmtrain tokenize` again to rebuild it")
+            self._shards.append(np.memmap(path, dtype=self.dtype, mode="r") if expected else
+                                np.zeros(0, dtype=self.dtype))
+            self._starts.append(start)
+            start += int(shard["tokens"])
+        docs = self.folder / f"{split}.docs.npy"
+        try:
+            self.doc_ends = np.load(docs, mmap_mode="r")
+        except (OSError, ValueError):
+            raise UserError("data", f"token store {self.folder} is damaged: cannot read {docs.name}; "
+                                    "run `mlmtrain tokenize` again") from None
+        if len(self.doc_ends) != self.num_documents:
+            raise UserError("data", f"token store {self.folder} is damaged: {docs.name} lists {len(self.doc_ends)} "
+                                    f"documents, meta.json {self.num_documents}; run `mlmtrain tokenize` again")
+
+    @property
+    def tokenizer_fingerprint(self) -> str:
+        return self.meta["tokenizer_fingerprint"]
+
+    def tokens(self, start: int, stop: int) -> np.ndarray:
+        """Token ids [start, stop) of the split's concatenated stream (may span shards)."""
+        pieces = []
+        while start < stop:
+            shard = bisect_right(self._starts, start) - 1
+            offset = start - self._starts[shard]
+            take = min(stop - start, len(self._shards[shard]) - offset)
+            pieces.append(self._shards[shard][offset:offset + take])
+            start += take
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+    def document(self, index: int) -> np.ndarray:
+        """Document `index` without its trailing [SEP]."""
+        start = int(self.doc_ends[index - 1]) if index > 0 else 0
+        return self.tokens(start, int(self.doc_ends[index]) - 1)
+
+
+def read_meta(folder: Path) -> dict[str, Any]:
+    """meta.json of a complete store; UserError for a missing, unfinished or foreign folder."""
+    folder = Path(folder)
+    if not (folder / "meta.json").is_file():
+        raise UserError("data", f"no token store at {folder}; run `mlmtrain tokenize --config ...` first "
+                                "(or set data.use_store: false to tokenize on the fly)")
+    if not (folder / COMPLETE).exists():
+        raise UserError("data", f"token store {folder} is incomplete (tokenize was interrupted); "
+                                "run `mlmtrain tokenize` again")
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise UserError("data", f"token store {folder}: unreadable meta.json ({error}); run `mlmtrain tokenize` again")
+    if meta.get("format") != STORE_FORMAT:
+        raise UserError("data", f"token store {folder} has format {meta.get('format')}, this mlmtrain reads "
+                                f"{STORE_FORMAT}; run `mlmtrain tokenize` again")
+    return meta
+
+
+def store_is_current(folder: Path, fingerprint: str, sources: dict[str, str]) -> bool:
+    """A complete store built by this tokenizer from these sources: nothing to do."""
+    try:
+        meta = read_meta(folder)
+    except UserError:
+        return False
+    return meta.get("tokenizer_fingerprint") == fingerprint and meta.get("sources") == sources
+
+
+# ---------------------------------------------------------------------------------------------
+# The `tokenize` command
+
+
+def _tokenizer_settings(cfg: Config, train_fingerprint: str) -> dict[str, Any]:
+    settings = asdict(cfg.tokenizer)
+    settings.pop("path")
+    return {"corpus": train_fingerprint, "tokenizer": settings}
+
+
+def prepare_tokenizer(cfg: Config, train_corpus: Any) -> Any:
+    """The tokenizer for this config: reused when it is already there and current, else trained and saved.
+
+    Returns a transformers fast tokenizer loaded from `cfg.tokenizer_dir`.
+    """
+    from mlmtrain.tokenizer import is_tokenizer_folder, load_tokenizer, save_tokenizer, train_tokenizer
+
+    folder = cfg.tokenizer_dir
+    settings = _tokenizer_settings(cfg, train_corpus.fingerprint())
+    meta_path = folder / TOKENIZER_META
+    if cfg.tokenizer.pretrained:
+        source = load_tokenizer(cfg.tokenizer.pretrained)
+        if Path(cfg.tokenizer.pretrained).resolve() != folder.resolve():
+            source.save_pretrained(str(folder))
+            say(f"tokenizer: copied {cfg.tokenizer.pretrained} to {folder}")
+        return load_tokenizer(folder)
+    if is_tokenizer_folder(folder):
+        if not meta_path.exists():
+            say(f"tokenizer: using the existing tokenizer in {folder} (not trained by mlmtrain)")
+            return load_tokenizer(folder)
+        if json.loads(meta_path.read_text(encoding="utf-8")) == settings:
+            say(f"tokenizer: {folder} is up to date")
+            return load_tokenizer(folder)
+        say(f"tokenizer: the corpus or tokenizer settings changed; training a new one in {folder}")
+    started = time.perf_counter()
+    trained = train_tokenizer(train_corpus, cfg.tokenizer)
+    save_tokenizer(trained, folder, cfg.tokenizer, model_max_length=cfg.model.max_position_embeddings)
+    meta_path.write_text(json.dumps(settings, indent=1), encoding="utf-8")
+    say(f"tokenizer: trained WordPiece, {trained.get_vocab_size():,} tokens, in {time.perf_counter() - started:.1f}s "
+        f"-> {folder}")
+    return load_tokenizer(folder)
+
+
+def tokenize_corpus(cfg: Config, quiet: bool = False) -> Path:
+    """`mlmtrain tokenize`: train (or reuse) the tokenizer, then encode train and validation into the store."""
+    from tqdm import tqdm
+
+    from mlmtrain.corpus import corpus_splits
+    from mlmtrain.tokenizer import tokenizer_fingerprint
+
+    started = time.perf_counter()
+    train_corpus, valid_corpus = corpus_splits(cfg.data)
+    tokenizer = prepare_tokenizer(cfg, train_corpus)
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    sources = {"train": train_corpus.fingerprint(), "validation": valid_corpus.fingerprint()}
+    target = cfg.store_dir
+    if store_is_current(target, fingerprint, sources):
+        say(f"token store {target} is up to date; nothing to do")
+        return target
+
+    backend = tokenizer.backend_tokenizer
+    staging = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        stats = {}
+        total_bytes = 0
+        for split, corpus in (("train", train_corpus), ("validation", valid_corpus)):
+            with tqdm(desc=f"encode {split}", unit="doc", disable=quiet, file=sys.stderr) as bar:
+                stats[split] = encode_split(corpus, backend, staging, split, count_words=split == "validation",
+                                            progress=bar)
+            total_bytes += corpus.stats.bytes
+            if corpus.stats.invalid_utf8_lines:
+                say(f"{split}: {corpus.stats.invalid_utf8_lines:,} lines had invalid UTF-8 bytes (replaced by U+FFFD)")
+            if stats[split].tokens == 0:
+                raise UserError("data", f"the {split} split is empty ({corpus.describe()}); point data.{split} at text")
+        meta = {
+            "format": STORE_FORMAT,
+            "tokenizer_fingerprint": fingerprint,
+            "vocab_size": backend.get_vocab_size(),
+            "dtype": ids_dtype(backend.get_vocab_size()).name,
+            "sep_id": backend.token_to_id("[SEP]"),
+            "sources": sources,
+            "source_descriptions": {"train": train_corpus.describe(), "validation": valid_corpus.describe()},
+            "splits": {split: {"documents": s.documents, "tokens": s.tokens, "shards": s.shards}
+                       for split, s in stats.items()},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        (staging / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        save_config(cfg, staging)
+        (staging / COMPLETE).write_text("ok\n")
+        _replace_folder(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+    seconds = time.perf_counter() - started
+    valid = stats["validation"]
+    say(f"tokenize: {stats['train'].documents:,} train / {valid.documents:,} validation documents, "
+        f"{stats['train'].tokens:,} / {valid.tokens:,} tokens, vocabulary {backend.get_vocab_size():,}, "
+        f"validation UNK rate {valid.unk_tokens / max(valid.tokens, 1):.4%}, "
+        f"{(valid.tokens - valid.documents) / max(valid.words, 1):.3f} tokens per word, "
+        f"{seconds:.1f}s ({total_bytes / 1e6 / max(seconds, 1e-9):.1f} MB/s) -> {target}")
+    return target
+
+
+def _replace_folder(new: Path, target: Path) -> None:
+    """Put `new` at `target`; an old folder there is moved aside first and removed only after the swap."""
+    old = target.parent / f".{target.name}.old-{os.getpid()}"
+    if target.exists():
+        target.rename(old)
+    new.rename(target)
+    shutil.rmtree(old, ignore_errors=True)

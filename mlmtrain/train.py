@@ -1,0 +1,470 @@
+"""`pretrain(cfg)`: build the parts, run the loop, evaluate and checkpoint on a cadence.
+
+Read `_train_loop` top to bottom: one optimizer step = fetch the step's micro-batches, count the
+selected tokens of the whole global batch, forward/backward each micro-batch (all-reduce only on
+the last), skip non-finite steps, clip, set the learning rate, step; then log, evaluate, checkpoint.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from mlmtrain import checkpoint as ckpt
+from mlmtrain.config import Config, save_config
+from mlmtrain.data import (LiveMicroBatches, MicroBatches, StoreBlocks, batch_layout, evaluation_blocks,
+                           make_loader)
+from mlmtrain.distributed import DistContext, all_reduce_sum, barrier, init_distributed, teardown
+from mlmtrain.errors import UserError
+from mlmtrain.evaluate import evaluate_blocks
+from mlmtrain.masking import MaskingCollator, VocabInfo
+from mlmtrain.model import MaskedLM, build_model
+from mlmtrain.optim import build_optimizer, learning_rate, set_learning_rate
+from mlmtrain.progress import Reporter, say
+from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
+from mlmtrain.tokens import TokenStore, tokenize_corpus
+
+
+@dataclass
+class TrainState:
+    """Everything besides weights and optimizer that a resumed run needs to continue exactly."""
+
+    step: int = 0
+    tokens: int = 0
+    micro_batches: int = 0  # the data position: micro-batches this rank has consumed
+    elapsed_s: float = 0.0
+    nonfinite_in_row: int = 0
+    nonfinite_total: int = 0
+    best_eval_loss: float = float("inf")
+    best_step: int = -1
+    warmup_end_progress: float = 0.0  # budget share used when warm-up ended: decay is measured from there
+
+
+def pretrain(cfg: Config, resume: Optional[str] = None, overwrite: bool = False) -> Path:
+    """`mlmtrain pretrain`: returns the folder of the final checkpoint."""
+    ctx = init_distributed(cfg.train.device)
+    try:
+        return _pretrain(cfg, ctx, resume, overwrite)
+    finally:
+        teardown(ctx)
+
+
+# ---------------------------------------------------------------------------------------------
+# Set-up
+
+
+def _precision(cfg: Config, device: torch.device) -> Optional[torch.dtype]:
+    """The autocast dtype (None: plain fp32)."""
+    name = cfg.train.precision
+    if name == "auto":
+        name = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[name]
+
+
+class RunLock:
+    """An exclusive lock on RUN_DIR held for the whole run; the kernel releases it if the process dies."""
+
+    def __init__(self, run_dir: Path) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = run_dir / ".lock"
+        self.handle = open(self.path, "a+")
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.handle.seek(0)
+            owner = self.handle.read().strip() or "another process"
+            self.handle.close()
+            raise UserError("run", f"{run_dir} is in use by a running mlmtrain ({owner}); wait for it to finish "
+                                   "or choose another train.run_dir") from None
+        self.handle.seek(0)
+        self.handle.truncate()
+        self.handle.write(f"pid {os.getpid()}")
+        self.handle.flush()
+
+    def release(self) -> None:
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+
+
+def _claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool) -> None:
+    """Refuse to mix two runs in one folder unless the user said --resume or --overwrite."""
+    holds_run = (run_dir / "metrics.jsonl").exists() or ckpt.checkpoints_dir(run_dir).exists()
+    if holds_run and overwrite:
+        shutil.rmtree(ckpt.checkpoints_dir(run_dir), ignore_errors=True)
+        for name in ("metrics.jsonl", "run.json"):
+            (run_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
+    elif holds_run and resume is None:
+        raise UserError("run", f"{run_dir} already holds a run; pass --resume to continue it or --overwrite to "
+                               "start afresh (or choose another train.run_dir)")
+
+
+def _ensure_data(cfg: Config, ctx: DistContext) -> None:
+    """Tokenize first when the store is missing or stale, so one command does the whole job (rank 0 only)."""
+    if ctx.is_main:
+        if cfg.data.use_store:
+            tokenize_corpus(cfg)
+        else:
+            from mlmtrain.corpus import corpus_splits
+            from mlmtrain.tokens import prepare_tokenizer
+
+            prepare_tokenizer(cfg, corpus_splits(cfg.data)[0])
+    barrier(ctx)
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _gather(ctx: DistContext, value: Any) -> list[Any]:
+    """Every rank's `value`, in rank order (a list of one when single-process)."""
+    if not ctx.distributed:
+        return [value]
+    out: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(out, value)
+    return out
+
+
+def _load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: str) -> Any:
+    """The checkpoint's model, after checking it belongs to this config and tokenizer."""
+    from transformers import BertForMaskedLM
+
+    saved = json.loads((folder / "config.json").read_text())
+    expected = {"hidden_size": cfg.model.hidden_size, "num_hidden_layers": cfg.model.num_layers,
+                "num_attention_heads": cfg.model.num_heads, "intermediate_size": cfg.model.intermediate_size}
+    for key, value in expected.items():
+        if saved.get(key) != value:
+            raise UserError("checkpoint", f"{folder} was trained with {key}={saved.get(key)}, the config says {value}; "
+                                          "resume with the config of that run, or start afresh with --overwrite")
+    saved_fingerprint = tokenizer_fingerprint(load_tokenizer(folder))
+    if saved_fingerprint != fingerprint:
+        raise UserError("checkpoint", f"{folder} was trained with another tokenizer than {folder.parent.parent}; "
+                                      "resume with the tokenizer of that run, or start afresh with --overwrite")
+    try:
+        model = BertForMaskedLM.from_pretrained(str(folder), attn_implementation="sdpa")
+    except Exception as error:  # truncated safetensors and friends
+        raise UserError("checkpoint", f"cannot load the weights in {folder} ({type(error).__name__}: "
+                                      f"{str(error).splitlines()[0][:160]}); resume from an older checkpoint") from None
+    if model.config.vocab_size < vocab_size:
+        raise UserError("checkpoint", f"{folder} has {model.config.vocab_size} embedding rows, the tokenizer "
+                                      f"{vocab_size} tokens; it belongs to another run")
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: bool) -> Path:
+    run_dir = Path(cfg.train.run_dir)
+    lock = RunLock(run_dir) if ctx.is_main else None
+    try:
+        if ctx.is_main:
+            _claim_run_dir(run_dir, resume, overwrite)
+        _ensure_data(cfg, ctx)
+        resume_from = ckpt.resolve_resume(run_dir, resume) if resume else None
+        if ctx.is_main and resume == "auto" and resume_from is None:
+            say(f"no checkpoint in {run_dir}; starting a new run")
+        return _run(cfg, ctx, run_dir, resume_from)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Path]) -> Path:
+    device = ctx.device
+    tokenizer = load_tokenizer(cfg.tokenizer_dir)
+    vocab = VocabInfo.from_tokenizer(tokenizer)
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    layout = batch_layout(cfg.train.batch_size, cfg.train.micro_batch_size, ctx.world_size, ctx.rank)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # TF32 matmuls: free speed on Ampere+ at no cost to MLM quality
+        torch.backends.cudnn.allow_tf32 = True
+
+    # --- model, optimizer, state (fresh or from a checkpoint)
+    state = TrainState()
+    saved: dict[str, Any] = {}
+    if resume_from is not None:
+        saved = ckpt.load_training_state(resume_from)
+        mlm = _load_resume_model(resume_from, cfg, len(tokenizer), fingerprint)
+        state = TrainState(**saved["train_state"])
+    else:
+        torch.manual_seed(cfg.train.seed)  # identical initial weights on every rank
+        mlm = build_model(cfg.model, vocab_size=len(tokenizer), pad_id=vocab.pad_id)
+    mlm.to(device)
+    model: torch.nn.Module = MaskedLM(mlm, sparse_head=cfg.model.sparse_head)
+    if cfg.train.compile:
+        model = torch.compile(model)
+    if ctx.distributed:
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = build_optimizer(mlm, cfg.optim, device)
+    autocast_dtype = _precision(cfg, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=autocast_dtype == torch.float16)
+    if saved:
+        optimizer.load_state_dict(saved["optimizer"])
+        scaler.load_state_dict(saved["scaler"])
+        _set_rng_state(saved["rng"][ctx.rank] if ctx.rank < len(saved["rng"]) else saved["rng"][0])
+    else:
+        torch.manual_seed(cfg.train.seed + ctx.rank)  # dropout differs across ranks, reproducibly
+
+    # --- data
+    collator = MaskingCollator(vocab, cfg.masking, seed=cfg.train.seed)
+    if cfg.data.use_store:
+        store = TokenStore(cfg.store_dir, "train")
+        if store.tokenizer_fingerprint != fingerprint:
+            raise UserError("data", f"token store {cfg.store_dir} was encoded with another tokenizer than "
+                                    f"{cfg.tokenizer_dir}; run `mlmtrain tokenize` again")
+        blocks = StoreBlocks(store, cfg.data.seq_len, cfg.data.packing, tokenizer.cls_token_id, tokenizer.sep_token_id)
+        dataset = MicroBatches(blocks, collator, layout, cfg.train.seed, start=state.micro_batches)
+    else:
+        from mlmtrain.corpus import corpus_splits
+
+        dataset = LiveMicroBatches(corpus_splits(cfg.data)[0], cfg.tokenizer_dir, collator, layout, cfg.data.seq_len,
+                                   cfg.train.seed, cfg.data.shuffle_buffer, cfg.data.num_workers,
+                                   start=state.micro_batches)
+    loader = make_loader(dataset, cfg.data.num_workers, pin_memory=device.type == "cuda")
+    eval_set = _eval_set(cfg, tokenizer) if ctx.is_main and cfg.train.eval_every else None
+
+    if ctx.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run_dir)
+        (run_dir / "run.json").write_text(json.dumps({"tokenizer_fingerprint": fingerprint,
+                                                      "world_size": ctx.world_size}, indent=1))
+        params = sum(p.numel() for p in mlm.parameters())
+        say(f"pretrain: {params / 1e6:.1f}M parameters on {device} ({autocast_dtype or 'fp32'}), "
+            f"{ctx.world_size} process(es), global batch {layout.global_batch} x {cfg.data.seq_len} tokens "
+            f"(micro-batch {layout.micro_batch_size}, accumulation {layout.accum_steps})"
+            + (f", resuming from {resume_from} at step {state.step}" if resume_from else ""))
+    loop = Loop(cfg, ctx, run_dir, mlm, model, optimizer, scaler, autocast_dtype, tokenizer, vocab, layout,
+                state, eval_set)
+    return loop.run(iter(loader))
+
+
+def _eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
+    """Validation blocks for training-time evaluation (None when the validation split has no full block)."""
+    if not cfg.data.use_store:
+        return None
+    try:
+        blocks = StoreBlocks(TokenStore(cfg.store_dir, "validation"), cfg.data.seq_len, True,
+                             tokenizer.cls_token_id, tokenizer.sep_token_id)
+    except UserError as error:
+        say(f"evaluation disabled: {error.message}")
+        return None
+    return blocks, evaluation_blocks(blocks, cfg.train.eval_max_blocks)
+
+
+class StopRequested:
+    """Turns SIGINT / SIGTERM into a flag checked between steps, so a step is never cut in half."""
+
+    def __init__(self) -> None:
+        self.flag = False
+        self._previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.flag:  # a second Ctrl-C means "now"
+            raise KeyboardInterrupt
+        self.flag = True
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+class Loop:
+    """The training loop and its cadence (log, evaluate, checkpoint); `run` reads top to bottom."""
+
+    def __init__(self, cfg: Config, ctx: DistContext, run_dir: Path, mlm: Any, model: torch.nn.Module,
+                 optimizer: torch.optim.Optimizer, scaler: Any, autocast_dtype: Optional[torch.dtype], tokenizer: Any,
+                 vocab: VocabInfo, layout: Any, state: TrainState, eval_set: Any) -> None:
+        self.cfg, self.ctx, self.run_dir = cfg, ctx, run_dir
+        self.mlm, self.model, self.optimizer, self.scaler = mlm, model, optimizer, scaler
+        self.autocast_dtype, self.tokenizer, self.vocab, self.layout = autocast_dtype, tokenizer, vocab, layout
+        self.state, self.eval_set = state, eval_set
+        self.device = ctx.device
+        self.budget_time = cfg.train.max_time_seconds
+
+    # -- budget and schedule
+    def progress(self) -> float:
+        """Fraction of the budget used: the largest of steps, tokens and wall time (whichever are set)."""
+        t, s = self.cfg.train, self.state
+        parts = [0.0]
+        if t.max_steps:
+            parts.append(s.step / t.max_steps)
+        if t.max_tokens:
+            parts.append(s.tokens / t.max_tokens)
+        if self.budget_time:
+            parts.append(s.elapsed_s / self.budget_time)
+        return max(parts)
+
+    def autocast(self) -> Any:
+        if self.autocast_dtype is None:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+    def run(self, batches: Any) -> Path:
+        cfg, state, ctx = self.cfg, self.state, self.ctx
+        reporter = Reporter(self.run_dir if ctx.is_main else None, cfg.train.max_steps, enabled=ctx.is_main,
+                            show_bar=cfg.train.progress, tensorboard=cfg.train.tensorboard, initial_step=state.step)
+        stopper = StopRequested()
+        last_saved: Optional[Path] = ckpt.latest_checkpoint(self.run_dir) if ctx.is_main else None
+        window_start, window_tokens = time.perf_counter(), 0
+        clock = time.perf_counter() - state.elapsed_s  # wall time carries over a resume, for max_time
+        stopped_by_signal = False
+        try:
+            while self.progress() < 1.0:
+                # 1. One optimizer step's micro-batches, fetched first: the loss is normalised by the
+                #    number of selected tokens in the whole global batch (all ranks, all micro-steps).
+                micro = [next(batches) for _ in range(self.layout.accum_steps)]
+                state.micro_batches += len(micro)
+                local = torch.tensor([sum(int((b["labels"] != -100).sum()) for b in micro),
+                                      sum(_count_tokens(b) for b in micro), float(stopper.flag)], dtype=torch.float64)
+                selected, tokens, stop_votes = all_reduce_sum(ctx, local).tolist()
+
+                # 2. Forward/backward per micro-batch; DDP all-reduces gradients on the last one only.
+                loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+                for i, batch in enumerate(micro):
+                    batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+                    last = i == len(micro) - 1
+                    sync = nullcontext() if last or not ctx.distributed else self.model.no_sync()
+                    with sync:
+                        with self.autocast():
+                            nll = self.model(**batch)
+                        # nll is a sum: dividing by the global selected count gives the mean over every selected
+                        # token; DDP averages gradients over ranks, so multiply back by the world size.
+                        self.scaler.scale(nll * ctx.world_size / max(selected, 1.0)).backward()
+                    loss_sum += nll.detach().double()
+                loss = float(all_reduce_sum(ctx, loss_sum)) / max(selected, 1.0)
+
+                # 3. A non-finite loss (or an empty selection) skips the step; all ranks agree because
+                #    the loss was reduced over all of them.
+                if not math.isfinite(loss) or selected == 0:
+                    self.optimizer.zero_grad(set_to_none=True)
+                    state.nonfinite_in_row += 1
+                    state.nonfinite_total += 1
+                    reporter.message(f"step {state.step + 1}: loss is {loss}; step skipped "
+                                     f"({state.nonfinite_in_row} in a row)")
+                    if state.nonfinite_in_row >= cfg.train.max_nonfinite:
+                        kept = f"; the last good checkpoint is {last_saved}" if last_saved else ""
+                        raise UserError("train", f"{state.nonfinite_in_row} non-finite losses in a row at step "
+                                                 f"{state.step}{kept}; lower optim.lr or use train.precision fp32/bf16")
+                    continue
+                state.nonfinite_in_row = 0
+
+                # 4. Clip, set the learning rate for this step, step.
+                self.scaler.unscale_(self.optimizer)
+                clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.mlm.parameters(), clip))
+                if state.step == cfg.optim.warmup_steps:
+                    state.warmup_end_progress = self.progress()
+                lr = learning_rate(state.step, self.progress(), cfg.optim, state.warmup_end_progress)
+                set_learning_rate(self.optimizer, lr)
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                self.optimizer.zero_grad(set_to_none=True)
+                state.step += 1
+                state.tokens += int(tokens)
+                window_tokens += int(tokens)
+                state.elapsed_s = time.perf_counter() - clock
+
+                # 5. Report, evaluate, checkpoint.
+                now = time.perf_counter()
+                tokens_per_s = window_tokens / max(now - window_start, 1e-9)
+                reporter.advance(state.step, loss, lr, tokens_per_s)
+                if state.step % cfg.train.log_every == 0:
+                    reporter.log({"step": state.step, "tokens": state.tokens, "loss": loss, "lr": lr,
+                                  "grad_norm": grad_norm, "tokens_per_s": tokens_per_s,
+                                  "elapsed_s": round(state.elapsed_s, 3)})
+                    window_start, window_tokens = time.perf_counter(), 0
+                eval_loss = None
+                if cfg.train.eval_every and state.step % cfg.train.eval_every == 0:
+                    eval_loss = self.evaluate(reporter)
+                if cfg.checkpoint.save_every and state.step % cfg.checkpoint.save_every == 0:
+                    last_saved = self.save(eval_loss) or last_saved
+                if stop_votes > 0:
+                    stopped_by_signal = True
+                    break
+            else:  # budget spent: a last evaluation unless this very step had one
+                evaluated = cfg.train.eval_every and state.step % cfg.train.eval_every == 0 and state.step > 0
+                eval_loss = None if evaluated else self.evaluate(reporter)
+            # every rank takes the same branch here: save() holds collectives
+            saved_now = cfg.checkpoint.save_every and state.step % cfg.checkpoint.save_every == 0 and state.step > 0
+            if not saved_now:
+                last_saved = self.save(eval_loss) or last_saved
+        finally:
+            stopper.restore()
+            reporter.close()
+        if ctx.is_main:
+            self.farewell(last_saved, stopped_by_signal)
+        return last_saved if last_saved is not None else self.run_dir
+
+    def evaluate(self, reporter: Reporter) -> Optional[float]:
+        """Validation loss and perplexity with fixed masks (rank 0; other ranks wait at the next collective)."""
+        if self.eval_set is None or not self.ctx.is_main:
+            return None
+        blocks, indices = self.eval_set
+        result = evaluate_blocks(self.mlm, blocks, indices, self.vocab, self.cfg.masking, self.cfg.masking.eval_seed,
+                                 self.layout.micro_batch_size, self.device, self.autocast_dtype)
+        reporter.log({"step": self.state.step, "tokens": self.state.tokens, "eval_loss": result.loss,
+                      "eval_ppl": result.perplexity, "eval_masked_tokens": result.masked_tokens})
+        reporter.message(f"step {self.state.step}: validation loss {result.loss:.4f}, perplexity {result.perplexity:.2f}")
+        return result.loss
+
+    def save(self, eval_loss: Optional[float]) -> Optional[Path]:
+        """Checkpoint on rank 0 (every rank's RNG state included), then a barrier so no rank reads ahead."""
+        ctx, state = self.ctx, self.state
+        rng = _gather(ctx, _rng_state())
+        folder = None
+        if ctx.is_main:
+            if eval_loss is not None and eval_loss < state.best_eval_loss:
+                state.best_eval_loss, state.best_step = eval_loss, state.step
+            training_state = {"optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
+                              "train_state": vars(state).copy(), "rng": rng, "world_size": ctx.world_size}
+            folder = ckpt.save_checkpoint(self.run_dir, state.step, self.mlm, self.tokenizer, self.cfg,
+                                          training_state, {"tokens": state.tokens, "eval_loss": eval_loss})
+            best = self.run_dir / "checkpoints" / f"step-{state.best_step}" if self.cfg.checkpoint.keep_best else None
+            ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, keep=best)
+        barrier(ctx)
+        return folder
+
+    def farewell(self, last_saved: Optional[Path], stopped: bool) -> None:
+        latest = self.run_dir / "checkpoints" / "latest"
+        if stopped:
+            say(f"stopped at step {self.state.step}; checkpoint {last_saved}. Resume with: "
+                f"mlmtrain pretrain --config <your config> --resume")
+            return
+        say(f"done: {self.state.step} steps, {self.state.tokens:,} tokens in {self.state.elapsed_s:.0f}s; "
+            f"checkpoint {last_saved} (also {latest})")
+        say(f'try: mlmtrain fill-mask --model {latest} "The capital of France is [MASK]."')
+
+
+def _count_tokens(batch: dict[str, torch.Tensor]) -> int:
+    mask = batch.get("attention_mask")
+    return int(mask.sum()) if mask is not None else batch["input_ids"].numel()
