@@ -177,6 +177,9 @@ class TrainConfig:
     max_time: Union[str, float, None] = _f(
         None, "stop after this wall time (seconds or '30m', '2h'); the schedule stretches to fit"
     )
+    pause_after: Union[int, None] = _f(
+        None, "save and stop once this many steps are done, as if interrupted (continue later with --resume)"
+    )
     precision: Literal["auto", "bf16", "fp16", "fp32"] = _f(
         "auto", "autocast precision; auto: bf16 on CUDA where supported, else fp32"
     )
@@ -200,6 +203,8 @@ class TrainConfig:
             _check(self.max_steps >= 1, "train.max_steps", f"must be >= 1 (got {self.max_steps})")
         if self.max_tokens is not None:
             _check(self.max_tokens >= 1, "train.max_tokens", f"must be >= 1 (got {self.max_tokens})")
+        if self.pause_after is not None:
+            _check(self.pause_after >= 1, "train.pause_after", f"must be >= 1 (got {self.pause_after})")
         seconds = parse_duration(self.max_time)
         if seconds is not None:
             _check(seconds > 0, "train.max_time", "must be > 0")

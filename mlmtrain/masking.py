@@ -108,6 +108,12 @@ def _block_uniforms(seeds: Sequence[int], lengths: Sequence[int], width: int) ->
     return out
 
 
+def _lookup(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """table[index] for a 1-D table. Not by `table[index]` or `take`: on CPU those split even a small
+    batch across threads and stall for milliseconds when the cores are busy; index_select does not."""
+    return table.to(index.device).index_select(0, index.reshape(-1)).view(index.shape)
+
+
 def _word_starts(maskable: torch.Tensor, continuation: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(is_start [B,T] bool, start_index [B,T] int64): the unit a position's selection decision belongs to.
 
@@ -174,7 +180,7 @@ def mask_tokens(
         raise UserError("masking", "masking.whole_word needs a WordPiece tokenizer with '##' pieces; set it to false")
     device = ids.device
 
-    maskable = ~vocab._special_table.to(device)[ids]
+    maskable = ~_lookup(vocab._special_table, ids)
     width = ids.shape[1]
     lengths = [width] * len(seeds)
     if attention_mask is not None:
@@ -183,7 +189,7 @@ def mask_tokens(
         # a row's length is up to its last attended position (right padding leaves the head alone)
         lengths = (attended * torch.arange(1, width + 1, device=device)).amax(1).tolist()
     u_select, u_split, u_token = _block_uniforms(seeds, lengths, width).to(device).unbind(1)
-    continuation = vocab.continuation.to(device)[ids] if cfg.whole_word else None
+    continuation = _lookup(vocab.continuation, ids) if cfg.whole_word else None
 
     is_start, start_index = _word_starts(maskable, continuation)
     if cfg.fixed_count:
@@ -196,9 +202,9 @@ def mask_tokens(
 
     to_mask = selected & (u_split < cfg.mask_replace)
     to_random = selected & ~to_mask & (u_split < cfg.mask_replace + cfg.random_replace)
-    ordinary = vocab.ordinary_ids().to(device)
+    n_ordinary = vocab.ordinary_ids().numel()
     # clamp: float32 rounding of u * n can reach n for u just below 1
-    random_ids = ordinary.take((u_token * ordinary.numel()).long().clamp_max(ordinary.numel() - 1))
+    random_ids = _lookup(vocab.ordinary_ids(), (u_token * n_ordinary).long().clamp_max(n_ordinary - 1))
 
     masked = torch.where(to_mask, vocab.mask_id, torch.where(to_random, random_ids, ids))
     labels = torch.where(selected, ids, IGNORE_INDEX)

@@ -216,7 +216,7 @@ def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Pat
     else:
         torch.manual_seed(cfg.train.seed)  # identical initial weights on every rank
         mlm = build_model(cfg.model, vocab_size=len(tokenizer), pad_id=vocab.pad_id)
-    mlm.to(device)
+    mlm.to(device).train()  # from_pretrained hands back a model in eval mode: dropout must be on again
     model: torch.nn.Module = MaskedLM(mlm, sparse_head=cfg.model.sparse_head)
     if cfg.train.compile:
         model = torch.compile(model)
@@ -229,9 +229,6 @@ def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Pat
     if saved:
         optimizer.load_state_dict(saved["optimizer"])
         scaler.load_state_dict(saved["scaler"])
-        _set_rng_state(saved["rng"][ctx.rank] if ctx.rank < len(saved["rng"]) else saved["rng"][0])
-    else:
-        torch.manual_seed(cfg.train.seed + ctx.rank)  # dropout differs across ranks, reproducibly
 
     # --- data
     collator = MaskingCollator(vocab, cfg.masking, seed=cfg.train.seed)
@@ -261,9 +258,14 @@ def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Pat
             f"{ctx.world_size} process(es), global batch {layout.global_batch} x {cfg.data.seq_len} tokens "
             f"(micro-batch {layout.micro_batch_size}, accumulation {layout.accum_steps})"
             + (f", resuming from {resume_from} at step {state.step}" if resume_from else ""))
+    batches = iter(loader)  # starting a DataLoader draws from the global RNG: seed or restore it afterwards
+    if saved:
+        _set_rng_state(saved["rng"][ctx.rank] if ctx.rank < len(saved["rng"]) else saved["rng"][0])
+    else:
+        torch.manual_seed(cfg.train.seed + ctx.rank)  # dropout differs across ranks, reproducibly
     loop = Loop(cfg, ctx, run_dir, mlm, model, optimizer, scaler, autocast_dtype, tokenizer, vocab, layout,
                 state, eval_set)
-    return loop.run(iter(loader))
+    return loop.run(batches)
 
 
 def _eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
@@ -310,6 +312,7 @@ class Loop:
         self.state, self.eval_set = state, eval_set
         self.device = ctx.device
         self.budget_time = cfg.train.max_time_seconds
+        self.start_step = state.step  # pause_after applies once: a resumed run goes on past it
 
     # -- budget and schedule
     def progress(self) -> float:
@@ -408,7 +411,8 @@ class Loop:
                     eval_loss = self.evaluate(reporter)
                 if cfg.checkpoint.save_every and state.step % cfg.checkpoint.save_every == 0:
                     last_saved = self.save(eval_loss) or last_saved
-                if stop_votes > 0:
+                pause = cfg.train.pause_after
+                if stop_votes > 0 or (pause and self.start_step < pause <= state.step):
                     stopped_by_signal = True
                     break
             else:  # budget spent: a last evaluation unless this very step had one
@@ -440,6 +444,10 @@ class Loop:
     def save(self, eval_loss: Optional[float]) -> Optional[Path]:
         """Checkpoint on rank 0 (every rank's RNG state included), then a barrier so no rank reads ahead."""
         ctx, state = self.ctx, self.state
+        if not all(bool(torch.isfinite(p).all()) for p in self.mlm.parameters()):
+            # weights are identical on every rank under DDP, so all ranks stop here together
+            raise UserError("train", f"the weights became non-finite by step {state.step}; no checkpoint written "
+                                     "(the last good one stays); lower optim.lr or keep optim.grad_clip > 0")
         rng = _gather(ctx, _rng_state())
         folder = None
         if ctx.is_main:
@@ -458,7 +466,7 @@ class Loop:
         latest = self.run_dir / "checkpoints" / "latest"
         if stopped:
             say(f"stopped at step {self.state.step}; checkpoint {last_saved}. Resume with: "
-                f"mlmtrain pretrain --config <your config> --resume")
+                f"mlmtrain pretrain --config <your config> --resume (same --set options)")
             return
         say(f"done: {self.state.step} steps, {self.state.tokens:,} tokens in {self.state.elapsed_s:.0f}s; "
             f"checkpoint {last_saved} (also {latest})")

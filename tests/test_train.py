@@ -1,0 +1,116 @@
+"""The training loop end to end: checkpoints that transformers loads, exact resume, run-dir guard, NaN guard."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from mlmtrain.errors import UserError
+from mlmtrain.train import pretrain
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def step_losses(run_dir: Path) -> dict[int, float]:
+    return {m["step"]: m["loss"] for m in metrics(run_dir) if "loss" in m}
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(folder) / "model.safetensors"))
+
+
+def test_pretrain_writes_a_checkpoint_transformers_loads(tiny_config) -> None:
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, BertForMaskedLM, pipeline
+
+    cfg = tiny_config()
+    final = pretrain(cfg)
+    run_dir = Path(cfg.train.run_dir)
+    assert final == run_dir / "checkpoints" / "step-10"
+    assert (run_dir / "checkpoints" / "latest").resolve() == final.resolve()
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "mlmtrain.yaml", "training_state.pt",
+                 "COMPLETE"):
+        assert (final / name).is_file(), name
+    model = AutoModelForMaskedLM.from_pretrained(str(run_dir / "checkpoints" / "latest"))
+    assert type(model) is BertForMaskedLM
+    tokenizer = AutoTokenizer.from_pretrained(str(final))
+    assert tokenizer.mask_token == "[MASK]"
+    predictions = pipeline("fill-mask", model=str(final))("the quick brown [MASK] jumps")
+    assert len(predictions) == 5
+    lines = metrics(run_dir)
+    train_lines = [m for m in lines if "loss" in m]
+    assert [m["step"] for m in train_lines] == list(range(1, 11))
+    assert set(train_lines[0]) >= {"step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s"}
+    assert train_lines[-1]["tokens"] == 10 * 8 * 32
+    evals = [m for m in lines if "eval_loss" in m]
+    assert [m["step"] for m in evals] == [5, 10]
+    assert all(m["eval_ppl"] > 1 for m in evals)
+    assert (run_dir / "mlmtrain.yaml").is_file()
+
+
+def test_loss_goes_down(tiny_config) -> None:
+    cfg = tiny_config(**{"train.max_steps": 60, "optim.lr": 3e-3, "train.eval_every": 0,
+                         "checkpoint.save_every": 0})
+    pretrain(cfg)
+    losses = list(step_losses(Path(cfg.train.run_dir)).values())
+    assert sum(losses[-10:]) / 10 < sum(losses[:10]) / 10 - 0.5
+
+
+def test_paused_and_resumed_run_equals_an_uninterrupted_one(tiny_config, tmp_path: Path) -> None:
+    whole = tiny_config(**{"train.run_dir": str(tmp_path / "whole")})
+    pretrain(whole)
+    parts = tiny_config(**{"train.run_dir": str(tmp_path / "parts"), "train.pause_after": 5})
+    paused = pretrain(parts)
+    assert paused.name == "step-5"
+    assert max(step_losses(tmp_path / "parts")) == 5
+    resumed = pretrain(parts, resume="auto")
+    assert resumed.name == "step-10"
+    assert step_losses(tmp_path / "parts") == step_losses(tmp_path / "whole")
+    a, b = weights(tmp_path / "whole" / "checkpoints" / "step-10"), weights(resumed)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_grad_accumulation_matches_one_big_batch(tiny_config, tmp_path: Path) -> None:
+    # dropout off: the two runs draw dropout masks for different tensor shapes
+    common = {"model.hidden_dropout": 0.0, "model.attention_dropout": 0.0, "train.eval_every": 0,
+              "checkpoint.save_every": 0, "train.max_steps": 4}
+    big = tiny_config(**{"train.run_dir": str(tmp_path / "big"), **common})
+    accum = tiny_config(**{"train.run_dir": str(tmp_path / "accum"), "train.micro_batch_size": 2, **common})
+    pretrain(big)
+    pretrain(accum)
+    a, b = step_losses(tmp_path / "big"), step_losses(tmp_path / "accum")
+    assert a.keys() == b.keys()
+    for step in a:
+        assert a[step] == pytest.approx(b[step], rel=1e-5, abs=1e-5)
+
+
+def test_run_dir_holding_a_run_needs_resume_or_overwrite(tiny_config) -> None:
+    cfg = tiny_config(**{"train.max_steps": 2, "checkpoint.save_every": 0, "train.eval_every": 0})
+    pretrain(cfg)
+    with pytest.raises(UserError, match="already holds a run"):
+        pretrain(cfg)
+    assert pretrain(cfg, overwrite=True).name == "step-2"
+    assert max(step_losses(Path(cfg.train.run_dir))) == 2
+
+
+def test_nonfinite_losses_stop_the_run_and_keep_the_last_good_checkpoint(tiny_config) -> None:
+    cfg = tiny_config(**{"optim.lr": 1e6, "optim.warmup_steps": 0, "optim.grad_clip": 0, "train.max_steps": 50,
+                         "train.max_nonfinite": 2, "checkpoint.save_every": 1, "train.eval_every": 0})
+    with pytest.raises(UserError, match="non-finite"):
+        pretrain(cfg)
+    checkpoints = sorted(Path(cfg.train.run_dir, "checkpoints").glob("step-*"))
+    for folder in checkpoints:
+        assert all(torch.isfinite(t).all() for t in weights(folder).values()), folder
+
+
+def test_max_tokens_budget(tiny_config) -> None:
+    cfg = tiny_config(**{"train.max_steps": None, "train.max_tokens": 3 * 8 * 32, "train.eval_every": 0})
+    assert pretrain(cfg).name == "step-3"
