@@ -1,24 +1,45 @@
-"""MLM perplexity with fixed masks, used by training-time evaluation and by `mlmtrain eval-perplexity`.
+"""MLM perplexity with fixed masks (training-time evaluation and `mlmtrain eval-perplexity`), pseudo-perplexity,
+and `mlmtrain fill-mask`.
 
 Masks come from the collator seeded with the evaluation seed and each block's index, so two evaluations
 of one model agree to the last digit and two models with one tokenizer see the same masked positions.
 Perplexity = exp(total NLL over masked tokens / masked tokens), summed in float64 (token-weighted).
+The commands take any Hugging Face masked-LM folder, stream the text into packed blocks exactly as training
+cuts them, and score them a chunk at a time, so memory stays bounded whatever the corpus size.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
+import re
+import sys
 import time
-from contextlib import nullcontext
-from dataclasses import asdict, dataclass
-from typing import Any, Optional, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from mlmtrain.config import MaskingConfig
-from mlmtrain.masking import MaskingCollator, VocabInfo
+from mlmtrain.errors import UserError
+from mlmtrain.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
+
+DEFAULT_SEQ_LEN = 128  # block length when neither --seq-len nor the checkpoint's mlmtrain.yaml says otherwise
+_ENCODE_DOCUMENTS = 256  # documents per tokenizer call: amortizes the call, keeps the pending text small
+_CHUNK_BATCHES = 32  # forward passes' worth of blocks held at once while streaming
+_WEIGHT_FILES = (
+    "model.safetensors",
+    "pytorch_model.bin",
+    "model.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+)
 
 
 @dataclass
@@ -37,8 +58,9 @@ class EvalResult:
         return out
 
 
-def per_row_nll(mlm: Any, input_ids: torch.Tensor, labels: torch.Tensor,
-                attention_mask: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def per_row_nll(
+    mlm: Any, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: Optional[torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(NLL sum, masked count) per row, float64. BERT-style models run their head on masked rows only."""
     selected = labels != -100
     rows = selected.nonzero()[:, 0]
@@ -65,36 +87,503 @@ def confidence_interval(block_nll: np.ndarray, block_counts: np.ndarray) -> tupl
     return (math.exp(loss - 1.96 * stderr), math.exp(loss + 1.96 * stderr))
 
 
-@torch.no_grad()
-def evaluate_blocks(mlm: Any, blocks: Sequence[np.ndarray], indices: Sequence[int], vocab: VocabInfo,
-                    masking: MaskingConfig, seed: int, batch_size: int, device: torch.device,
-                    autocast_dtype: Optional[torch.dtype] = None, progress: Any = None) -> EvalResult:
-    """Masked-LM loss and perplexity of `mlm` on blocks[i] for i in `indices`, with fixed masks."""
-    started = time.perf_counter()
-    collator = MaskingCollator(vocab, masking, seed=seed)
+@dataclass
+class BlockScores:
+    """Per-block NLL sums (float64) and scored-token counts, gathered chunk by chunk: all that the perplexity and
+    its interval need (16 bytes a block, so even a huge corpus keeps this small)."""
+
+    nll: list[np.ndarray] = field(default_factory=list)
+    counts: list[np.ndarray] = field(default_factory=list)
+    tokens: int = 0
+    blocks: int = 0
+
+    def add(self, nll: np.ndarray, counts: np.ndarray, tokens: int) -> None:
+        self.nll.append(np.asarray(nll, dtype=np.float64))
+        self.counts.append(np.asarray(counts, dtype=np.int64))
+        self.tokens += tokens
+        self.blocks += len(nll)
+
+    def result(self, seconds: float) -> EvalResult:
+        nll_all = np.concatenate(self.nll) if self.nll else np.zeros(0)
+        counts_all = np.concatenate(self.counts) if self.counts else np.zeros(0, dtype=np.int64)
+        masked = int(counts_all.sum())
+        loss = float(nll_all.sum() / masked) if masked else float("nan")
+        return EvalResult(
+            loss=loss,
+            perplexity=math.exp(loss) if masked else float("nan"),
+            tokens=self.tokens,
+            masked_tokens=masked,
+            ci95=confidence_interval(nll_all, counts_all),
+            seconds=seconds,
+            blocks=self.blocks,
+        )
+
+
+def _autocast(device: torch.device, autocast_dtype: Optional[torch.dtype]) -> Any:
+    return torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
+
+
+@contextmanager
+def _eval_mode(mlm: Any) -> Iterator[None]:
+    """Dropout off while scoring; the caller's mode (training, between steps) comes back afterwards."""
     was_training = mlm.training
     mlm.eval()
-    block_nll, block_counts, tokens = [], [], 0
-    autocast = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
     try:
-        for start in range(0, len(indices), batch_size):
-            chunk = indices[start:start + batch_size]
-            batch = collator([{"input_ids": blocks[i], "epoch": 0, "index": int(i)} for i in chunk])
-            batch = {k: v.to(device) for k, v in batch.items()}
-            with autocast:
-                nll, counts = per_row_nll(mlm, batch["input_ids"], batch["labels"], batch.get("attention_mask"))
-            block_nll.append(nll.cpu().numpy())
-            block_counts.append(counts.cpu().numpy())
-            mask = batch.get("attention_mask")
-            tokens += int(mask.sum()) if mask is not None else batch["input_ids"].numel()
-            if progress is not None:
-                progress.update(len(chunk))
+        yield
     finally:
         mlm.train(was_training)
-    nll_all = np.concatenate(block_nll) if block_nll else np.zeros(0)
-    counts_all = np.concatenate(block_counts) if block_counts else np.zeros(0, dtype=np.int64)
-    masked = int(counts_all.sum())
-    loss = float(nll_all.sum() / masked) if masked else float("nan")
-    return EvalResult(loss=loss, perplexity=math.exp(loss) if masked else float("nan"), tokens=tokens,
-                      masked_tokens=masked, ci95=confidence_interval(nll_all, counts_all),
-                      seconds=time.perf_counter() - started, blocks=len(indices))
+
+
+@torch.no_grad()
+def score_blocks(
+    scores: BlockScores,
+    mlm: Any,
+    blocks: Union[Sequence[np.ndarray], Mapping[int, np.ndarray]],
+    indices: Sequence[int],
+    vocab: VocabInfo,
+    masking: MaskingConfig,
+    seed: int,
+    batch_size: int,
+    device: torch.device,
+    autocast_dtype: Optional[torch.dtype] = None,
+    progress: Any = None,
+) -> None:
+    """Add the masked-LM NLL of blocks[i], for i in `indices`, to `scores`; block i is masked as block i of epoch 0."""
+    collator = MaskingCollator(vocab, masking, seed=seed)
+    with _eval_mode(mlm):
+        for start in range(0, len(indices), batch_size):
+            chunk = indices[start : start + batch_size]
+            batch = collator([{"input_ids": blocks[i], "epoch": 0, "index": int(i)} for i in chunk])
+            batch = {k: v.to(device) for k, v in batch.items()}
+            with _autocast(device, autocast_dtype):
+                nll, counts = per_row_nll(mlm, batch["input_ids"], batch["labels"], batch.get("attention_mask"))
+            mask = batch.get("attention_mask")
+            tokens = int(mask.sum()) if mask is not None else batch["input_ids"].numel()
+            scores.add(nll.cpu().numpy(), counts.cpu().numpy(), tokens)
+            if progress is not None:
+                progress.update(len(chunk))
+
+
+def evaluate_blocks(
+    mlm: Any,
+    blocks: Union[Sequence[np.ndarray], Mapping[int, np.ndarray]],
+    indices: Sequence[int],
+    vocab: VocabInfo,
+    masking: MaskingConfig,
+    seed: int,
+    batch_size: int,
+    device: torch.device,
+    autocast_dtype: Optional[torch.dtype] = None,
+    progress: Any = None,
+) -> EvalResult:
+    """Masked-LM loss and perplexity of `mlm` on blocks[i] for i in `indices`, with fixed masks."""
+    started = time.perf_counter()
+    scores = BlockScores()
+    score_blocks(scores, mlm, blocks, indices, vocab, masking, seed, batch_size, device, autocast_dtype, progress)
+    return scores.result(time.perf_counter() - started)
+
+
+@torch.no_grad()
+def score_pseudo(
+    scores: BlockScores,
+    mlm: Any,
+    block: np.ndarray,
+    vocab: VocabInfo,
+    batch_size: int,
+    device: torch.device,
+    autocast_dtype: Optional[torch.dtype] = None,
+    max_positions: Optional[int] = None,
+) -> int:
+    """Add one block's pseudo-log-likelihood (Salazar et al. 2020) to `scores`: each ordinary token is masked alone,
+    in its own copy of the block, `batch_size` copies per forward pass. Scores the first `max_positions` ordinary
+    tokens when given; returns how many were scored."""
+    ids = torch.as_tensor(block, dtype=torch.long, device=device)
+    special = torch.tensor((vocab.mask_id, vocab.pad_id, *vocab.special_ids), device=device)
+    positions = (~torch.isin(ids, special)).nonzero().squeeze(1)[:max_positions]
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    with _eval_mode(mlm):
+        for start in range(0, len(positions), batch_size):
+            chunk = positions[start : start + batch_size]
+            rows = torch.arange(len(chunk), device=device)
+            copies = ids.repeat(len(chunk), 1)
+            copies[rows, chunk] = vocab.mask_id
+            labels = torch.full_like(copies, IGNORE_INDEX)
+            labels[rows, chunk] = ids[chunk]
+            with _autocast(device, autocast_dtype):
+                nll, _ = per_row_nll(mlm, copies, labels, None)
+            total += nll.sum()
+    scores.add(np.array([total.item()]), np.array([len(positions)]), len(block))
+    return len(positions)
+
+
+# ---------------------------------------------------------------------------------------------
+# Streaming text into blocks
+
+
+class PackedBlocks:
+    """Blocks of `seq_len` from a stream of documents, cut exactly as training cuts its token store: every document
+    (tokenized without special tokens) is followed by [SEP], the stream is sliced into pieces of seq_len - 2, each
+    wrapped as [CLS] … [SEP]; a tail shorter than a piece is dropped. Counts documents and tokens as it goes."""
+
+    def __init__(self, texts: Iterable[str], tokenizer: Any, seq_len: int) -> None:
+        if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+            raise UserError("tokenizer", "the tokenizer has no [CLS] or no [SEP] token, which packed blocks need")
+        self.texts, self.tokenizer, self.seq_len = texts, tokenizer, seq_len
+        self.documents = 0
+        self.tokens = 0
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        body = self.seq_len - 2
+        cls_id, sep_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
+        pending = np.zeros(0, dtype=np.int64)
+        documents = iter(self.texts)
+        while batch := list(itertools.islice(documents, _ENCODE_DOCUMENTS)):
+            # truncation=False: some tokenizer.json files carry a 512-token truncation that would cut documents
+            encoded = self.tokenizer(
+                batch,
+                add_special_tokens=False,
+                truncation=False,
+                padding=False,
+                return_attention_mask=False,
+                return_token_type_ids=False,
+                verbose=False,
+            )["input_ids"]
+            self.documents += len(batch)
+            self.tokens += sum(len(ids) + 1 for ids in encoded)
+            pending = np.concatenate([pending, *(np.asarray(ids + [sep_id], dtype=np.int64) for ids in encoded)])
+            whole = len(pending) // body * body
+            for piece in pending[:whole].reshape(-1, body):
+                yield np.concatenate(([cls_id], piece, [sep_id]))
+            pending = pending[whole:]
+
+
+def _non_empty(blocks: PackedBlocks, source: str) -> Iterator[np.ndarray]:
+    """The blocks, or a UserError before anything is scored when the text does not fill one."""
+    stream = iter(blocks)
+    first = next(stream, None)
+    if first is None:
+        if blocks.documents == 0:
+            raise UserError("data", f"{source} holds no text; point --data at a non-empty source")
+        raise UserError(
+            "data",
+            f"{source} has {blocks.tokens} tokens, fewer than one block of {blocks.seq_len}; "
+            "add text or lower --seq-len",
+        )
+    return itertools.chain([first], stream)
+
+
+def evaluate_texts(
+    mlm: Any,
+    tokenizer: Any,
+    texts: Iterable[str],
+    seq_len: int,
+    masking: MaskingConfig,
+    seed: int,
+    batch_size: int,
+    device: torch.device,
+    autocast_dtype: Optional[torch.dtype] = None,
+    max_blocks: Optional[int] = None,
+    pseudo: bool = False,
+    max_tokens: Optional[int] = None,
+    source: str = "the text",
+    progress: bool = False,
+) -> EvalResult:
+    """MLM perplexity (or, with `pseudo`, pseudo-perplexity) of `mlm` on documents streamed into packed blocks.
+
+    Block i of the stream is masked as block i of epoch 0 with `seed`. Blocks are built and scored a chunk at a
+    time, whole forward passes per chunk, so the result equals scoring all blocks at once, bit for bit.
+    """
+    started = time.perf_counter()
+    vocab = VocabInfo.from_tokenizer(tokenizer)
+    blocks = _non_empty(PackedBlocks(texts, tokenizer, seq_len), source)
+    if max_blocks is not None:
+        blocks = itertools.islice(blocks, max_blocks)
+    scores = BlockScores()
+    # created after the first block exists, so a data error leaves stderr with its one line
+    bar = tqdm(
+        total=max_tokens if pseudo else max_blocks,
+        unit="token" if pseudo else "block",
+        file=sys.stderr,
+        dynamic_ncols=True,
+        disable=not progress,
+        leave=False,
+    )
+    with bar:
+        if pseudo:
+            left = max_tokens
+            for block in blocks:
+                scored = score_pseudo(scores, mlm, block, vocab, batch_size, device, autocast_dtype, left)
+                bar.update(scored)
+                if left is not None:
+                    left -= scored
+                    if left <= 0:
+                        break
+        else:
+            first_index = 0
+            while chunk := list(itertools.islice(blocks, batch_size * _CHUNK_BATCHES)):
+                window = dict(enumerate(chunk, first_index))
+                score_blocks(
+                    scores, mlm, window, list(window), vocab, masking, seed, batch_size, device, autocast_dtype, bar
+                )
+                first_index += len(chunk)
+    return scores.result(time.perf_counter() - started)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading a checkpoint written by anyone
+
+
+@contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """No loading bars or load reports from transformers: problems become our own one-line errors instead."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _check_checkpoint_folder(folder: Path) -> None:
+    """A UserError naming every file a masked-LM checkpoint folder lacks (before transformers tries to load it)."""
+    from mlmtrain.tokenizer import is_tokenizer_folder
+
+    if not folder.is_dir():
+        what = "is a file" if folder.exists() else "does not exist"
+        raise UserError("model", f"{folder} {what}; pass a masked-LM checkpoint folder to --model")
+    missing = []
+    if not (folder / "config.json").is_file():
+        missing.append("config.json")
+    if not any((folder / name).is_file() for name in _WEIGHT_FILES):
+        missing.append("weights (model.safetensors or pytorch_model.bin)")
+    if not is_tokenizer_folder(folder):
+        missing.append("tokenizer files (tokenizer_config.json with tokenizer.json or vocab.txt)")
+    if missing:
+        latest = folder / "checkpoints" / "latest"  # a run folder rather than one of its checkpoints
+        fix = f"did you mean {latest}?" if latest.exists() else "pass a folder written by save_pretrained"
+        raise UserError("model", f"{folder} is not a masked-LM checkpoint: it lacks {', '.join(missing)}; {fix}")
+
+
+def load_masked_lm(folder: Union[str, Path]) -> tuple[Any, Any]:
+    """(model, tokenizer) from a Hugging Face masked-LM folder, or a UserError that says what is wrong with it."""
+    from transformers import AutoConfig, AutoModelForMaskedLM
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    from mlmtrain.tokenizer import load_tokenizer
+
+    folder = Path(folder)
+    _check_checkpoint_folder(folder)
+    with _quiet_transformers():
+        try:
+            config = AutoConfig.from_pretrained(folder)
+        except Exception as error:  # bad JSON, unknown model_type: many types, one meaning
+            raise UserError("model", f"{folder}/config.json cannot be read: {_first_line(error)}") from error
+        if config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+            raise UserError("model", f"{folder} holds a {config.model_type!r} model, which has no masked-LM head")
+        try:
+            mlm, info = AutoModelForMaskedLM.from_pretrained(folder, config=config, output_loading_info=True)
+        except Exception as error:  # safetensors, pickle and torch errors: a truncated or damaged file
+            raise UserError(
+                "model",
+                f"cannot load the weights in {folder} ({_first_line(error)}); the file is truncated or corrupt: "
+                "copy the checkpoint again or use another one",
+            ) from error
+        tokenizer = load_tokenizer(folder)
+    missing = sorted(info["missing_keys"])
+    if missing:  # transformers would fill them with random values: a bare encoder, say, without the MLM head
+        raise UserError(
+            "model",
+            f"the weights in {folder} lack {len(missing)} tensor(s) of the masked-LM model (e.g. {missing[0]}); "
+            "it is not a masked-LM checkpoint",
+        )
+    if len(tokenizer) > mlm.config.vocab_size:
+        raise UserError(
+            "model",
+            f"the tokenizer in {folder} has {len(tokenizer)} tokens but the model only {mlm.config.vocab_size} "
+            "embedding rows; the tokenizer does not belong to this model",
+        )
+    return mlm.eval(), tokenizer
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _device(name: str) -> torch.device:
+    from mlmtrain.distributed import resolve_device
+
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", name):
+        raise UserError("argument", f"--device must be auto, cpu, cuda or cuda:N (got {name!r})")
+    try:
+        return resolve_device(name)
+    except UserError as error:  # its message speaks of train.device
+        raise UserError("argument", error.message.replace("train.device", "--device")) from None
+
+
+def _checkpoint_seq_len(folder: Path) -> Optional[int]:
+    """data.seq_len of the mlmtrain.yaml saved beside the weights (None when the folder has none)."""
+    from mlmtrain.config import read_yaml
+
+    saved = folder / "mlmtrain.yaml"
+    if not saved.is_file():
+        return None
+    value = (read_yaml(saved).get("data") or {}).get("seq_len")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _positive(value: Optional[int], flag: str) -> None:
+    if value is not None and value < 1:
+        raise UserError("argument", f"{flag} must be >= 1 (got {value})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+
+
+def run_eval_command(
+    model: Union[str, Path],
+    data: Optional[str],
+    config: Optional[Path],
+    overrides: Sequence[str],
+    seq_len: Optional[int],
+    seed: Optional[int],
+    batch_size: int,
+    max_blocks: Optional[int],
+    pseudo: bool,
+    max_tokens: Optional[int],
+    device: str,
+    as_json: bool,
+) -> EvalResult:
+    """`mlmtrain eval-perplexity`: perplexity of a masked-LM folder on --data (or the validation split of --config),
+    printed as a few aligned lines or one JSON object on stdout."""
+    from mlmtrain.config import load_config
+    from mlmtrain.corpus import corpus_splits, open_corpus
+
+    if data is None and config is None:
+        raise UserError("argument", "say what to evaluate on: --data SOURCE, or --config C for its validation split")
+    for value, flag in ((batch_size, "--batch-size"), (max_blocks, "--max-blocks"), (max_tokens, "--max-tokens")):
+        _positive(value, flag)
+    if max_tokens is not None and not pseudo:
+        raise UserError("argument", "--max-tokens caps --pseudo; for masked-LM perplexity use --max-blocks")
+    cfg = load_config(config, list(overrides))
+    folder = Path(model)
+    _check_checkpoint_folder(folder)  # before the slow parts, so a mistyped path fails at once
+    if data is not None:
+        corpus, source = open_corpus(data, cfg.data, key="--data"), data
+    else:
+        corpus, source = corpus_splits(cfg.data)[1], f"the validation split of {config}"
+    seq_len_from = "--seq-len"
+    if seq_len is None:
+        seq_len, seq_len_from = _checkpoint_seq_len(folder), f"data.seq_len of {folder / 'mlmtrain.yaml'}"
+    if seq_len is None:
+        seq_len, seq_len_from = DEFAULT_SEQ_LEN, "the default --seq-len"
+    if seq_len < 8:
+        raise UserError("argument", f"--seq-len must be >= 8 (got {seq_len})")
+    torch_device = _device(device)
+    mlm, tokenizer = load_masked_lm(folder)
+    positions = getattr(mlm.config, "max_position_embeddings", None)
+    if positions is not None and seq_len > positions:
+        raise UserError(
+            "argument",
+            f"{seq_len_from} is {seq_len}, beyond the model's {positions} positions (max_position_embeddings); "
+            f"pass --seq-len {positions} or less",
+        )
+    seed = cfg.masking.eval_seed if seed is None else seed
+    # bf16 autocast on GPUs that have it: the loss itself is still taken in float32 and summed in float64
+    use_bf16 = torch_device.type == "cuda" and torch.cuda.is_bf16_supported()
+    result = evaluate_texts(
+        mlm.to(torch_device),
+        tokenizer,
+        corpus,
+        seq_len,
+        cfg.masking,
+        seed,
+        batch_size,
+        torch_device,
+        torch.bfloat16 if use_bf16 else None,
+        max_blocks=max_blocks,
+        pseudo=pseudo,
+        max_tokens=max_tokens,
+        source=source,
+        progress=True,
+    )
+    report = {**result.as_dict(), "model": str(folder), "seq_len": seq_len, "seed": seed}
+    report["mode"] = "pseudo" if pseudo else "mlm"
+    if as_json:
+        print(json.dumps(_json_safe(report)), flush=True)
+    else:
+        print(_table(report, source), flush=True)
+    return result
+
+
+def _json_safe(value: Any) -> Any:
+    """JSON has no NaN or infinity: an undefined figure (one block has no interval) is null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    return value
+
+
+def _table(report: dict[str, Any], source: str) -> str:
+    pseudo = report["mode"] == "pseudo"
+    low, high = report["ci95"]
+    masks = "" if pseudo else f", seed {report['seed']}"
+    rows = [
+        ("model", report["model"]),
+        ("data", source),
+        ("blocks", f"{report['blocks']:,} x {report['seq_len']} tokens{masks}"),
+        ("tokens", f"{report['tokens']:,}"),
+        ("scored tokens" if pseudo else "masked tokens", f"{report['masked_tokens']:,}"),
+        ("loss", f"{report['loss']:.4f}"),
+        ("pseudo-perplexity" if pseudo else "perplexity", f"{report['perplexity']:.4f}"),
+        ("95% interval", f"{low:.4f} to {high:.4f}" if math.isfinite(low) else "n/a (needs 2 blocks or more)"),
+        ("seconds", f"{report['seconds']:.1f}"),
+    ]
+    width = max(len(name) for name, _ in rows) + 2
+    return "\n".join(f"{name:<{width}}{value}" for name, value in rows)
+
+
+def _fill_mask_lines(text: Optional[str]) -> Iterator[str]:
+    if text is not None:
+        yield text
+        return
+    for line in sys.stdin:
+        if line.strip():
+            yield line.rstrip("\r\n")
+
+
+def run_fill_mask_command(model: Union[str, Path], text: Optional[str], top_k: int, device: str) -> None:
+    """`mlmtrain fill-mask`: top-k completions with scores for every mask of TEXT (or of each stdin line)."""
+    from transformers import pipeline
+
+    _positive(top_k, "--top-k")
+    torch_device = _device(device)
+    mlm, tokenizer = load_masked_lm(model)
+    mask = tokenizer.mask_token
+    with _quiet_transformers():
+        fill = pipeline("fill-mask", model=mlm, tokenizer=tokenizer, device=torch_device)
+    for number, line in enumerate(_fill_mask_lines(text)):
+        # the literal [MASK] works whatever the model calls its mask token (<mask> for RoBERTa-style ones)
+        query = line.replace("[MASK]", mask) if mask != "[MASK]" else line
+        masks = query.count(mask)
+        if masks == 0:
+            raise UserError("fill-mask", f"no {mask} in {line!r}; put [MASK] where a word should be predicted")
+        predictions = fill(query, top_k=top_k)
+        if masks == 1:  # the pipeline nests the list only when there are several masks
+            predictions = [predictions]
+        lines = [""] if number else []
+        lines.append(line)
+        for which, candidates in enumerate(predictions, 1):
+            if masks > 1:
+                lines.append(f"  mask {which} of {masks}")
+            lines.extend(f"  {c['score']:.4f}  {c['token_str'].strip()}" for c in candidates)
+        print("\n".join(lines), flush=True)

@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Union
@@ -154,7 +154,10 @@ def save_tokenizer(
             f"{folder} exists and is not a tokenizer folder; set tokenizer.path to a new folder or remove it",
         )
     folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    # A plain mkdir, not tempfile.mkdtemp: mkdtemp makes the folder 0700, and the renamed result must be an ordinary
+    # folder (0777 less the umask, 0755 usually) that other users and processes can read.
+    staging = folder.parent / f".{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
     old = folder.parent / f"{staging.name}.old"
     try:
         _write_folder(tokenizer, staging, model_max_length)
