@@ -54,8 +54,15 @@ def _fsync_tree(folder: Path) -> None:
                 os.fsync(handle.fileno())
 
 
-def save_checkpoint(run_dir: Path, step: int, model: Any, tokenizer: Any, cfg: Config, state: dict[str, Any],
-                    metrics: Optional[dict[str, Any]] = None) -> Path:
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: Any,
+    tokenizer: Any,
+    cfg: Config,
+    state: dict[str, Any],
+    metrics: Optional[dict[str, Any]] = None,
+) -> Path:
     """Write checkpoint step-N atomically, point `latest` at it and return its folder.
 
     On a write error (disk full, permissions) the temporary folder is removed and a UserError says so;
@@ -82,8 +89,11 @@ def save_checkpoint(run_dir: Path, step: int, model: Any, tokenizer: Any, cfg: C
         shutil.rmtree(staging, ignore_errors=True)
         previous = latest_checkpoint(run_dir)
         kept = f"; the last complete checkpoint {previous} is intact" if previous else ""
-        raise UserError("checkpoint", f"could not write {final}: {error.strerror or error}{kept}; "
-                                      "free disk space or fix permissions, then resume with --resume") from None
+        raise UserError(
+            "checkpoint",
+            f"could not write {final}: {error.strerror or error}{kept}; "
+            "free disk space or fix permissions, then resume with --resume",
+        ) from None
     _point_latest(root, final)
     return final
 
@@ -122,13 +132,17 @@ def load_training_state(folder: Path) -> dict[str, Any]:
     """The training state of a checkpoint; UserError for an unfinished, truncated or foreign folder."""
     folder = Path(folder)
     if not (folder / COMPLETE).exists():
-        raise UserError("checkpoint", f"{folder} is not a complete checkpoint (no {COMPLETE} marker); "
-                                      "resume from another one or start afresh with --overwrite")
+        raise UserError(
+            "checkpoint",
+            f"{folder} is not a complete checkpoint (no {COMPLETE} marker); "
+            "resume from another one or start afresh with --overwrite",
+        )
     for needed in (STATE_FILE, "config.json", "model.safetensors"):
         if not (folder / needed).is_file():
             raise UserError("checkpoint", f"{folder} has no {needed}; it cannot be resumed from")
     try:
         return torch.load(folder / STATE_FILE, map_location="cpu", weights_only=False)
     except Exception as error:  # a truncated or garbled pickle raises many kinds of errors
-        raise UserError("checkpoint", f"{folder}/{STATE_FILE} is damaged ({type(error).__name__}); "
-                                      "resume from an older checkpoint") from None
+        raise UserError(
+            "checkpoint", f"{folder}/{STATE_FILE} is damaged ({type(error).__name__}); resume from an older checkpoint"
+        ) from None

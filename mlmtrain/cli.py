@@ -79,7 +79,9 @@ def pretrain(
     config: Optional[Path] = ConfigOption,
     overrides: list[str] = SetOption,
     resume: Optional[str] = typer.Option(
-        None, "--resume", help="Continue a run: 'auto' (the newest complete checkpoint in run_dir) or a checkpoint folder."
+        None,
+        "--resume",
+        help="Continue a run: 'auto' (the newest complete checkpoint in run_dir) or a checkpoint folder.",
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Start afresh in a run_dir that holds another run."),
 ) -> None:
@@ -91,7 +93,9 @@ def pretrain(
 
 @app.command("eval-perplexity")
 def eval_perplexity(
-    model: Path = typer.Option(..., "--model", "-m", help="Masked-LM folder (any BertForMaskedLM-compatible checkpoint)."),
+    model: Path = typer.Option(
+        ..., "--model", "-m", help="Masked-LM folder (any BertForMaskedLM-compatible checkpoint)."
+    ),
     data: Optional[str] = typer.Option(
         None, "--data", "-d", help="Text source: a path, glob, 'builtin:python-docs' or 'hf:NAME[/CONFIG]:SPLIT'."
     ),
@@ -99,12 +103,16 @@ def eval_perplexity(
         None, "--config", "-c", help="Take the validation source and masking settings from this config."
     ),
     overrides: list[str] = SetOption,
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Block length; default: the model's training seq_len, or 128."),
+    seq_len: Optional[int] = typer.Option(
+        None, "--seq-len", help="Block length; default: the model's training seq_len, or 128."
+    ),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the fixed masks (default: masking.eval_seed)."),
     batch_size: int = typer.Option(32, "--batch-size", help="Blocks per forward pass."),
     max_blocks: Optional[int] = typer.Option(None, "--max-blocks", help="Evaluate at most this many blocks."),
     pseudo: bool = typer.Option(False, "--pseudo", help="Pseudo-log-likelihood perplexity: every token masked once."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="With --pseudo: score at most this many tokens."),
+    max_tokens: Optional[int] = typer.Option(
+        None, "--max-tokens", help="With --pseudo: score at most this many tokens."
+    ),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
@@ -112,16 +120,27 @@ def eval_perplexity(
     from mlmtrain.evaluate import run_eval_command
 
     run_eval_command(
-        model=model, data=data, config=config, overrides=overrides, seq_len=seq_len, seed=seed,
-        batch_size=batch_size, max_blocks=max_blocks, pseudo=pseudo, max_tokens=max_tokens,
-        device=device, as_json=as_json,
+        model=model,
+        data=data,
+        config=config,
+        overrides=overrides,
+        seq_len=seq_len,
+        seed=seed,
+        batch_size=batch_size,
+        max_blocks=max_blocks,
+        pseudo=pseudo,
+        max_tokens=max_tokens,
+        device=device,
+        as_json=as_json,
     )
 
 
 @app.command("fill-mask")
 def fill_mask(
     model: Path = typer.Option(..., "--model", "-m", help="Masked-LM folder."),
-    text: Optional[str] = typer.Argument(None, help="Text with [MASK] (or the model's mask token); default: lines from stdin."),
+    text: Optional[str] = typer.Argument(
+        None, help="Text with [MASK] (or the model's mask token); default: lines from stdin."
+    ),
     top_k: int = typer.Option(5, "--top-k", "-k", help="Completions to show per mask."),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
 ) -> None:

@@ -44,9 +44,7 @@ class DataConfig:
     validation: Union[Source, None] = _f(
         None, "validation text (same forms as train); null splits validation_fraction off train"
     )
-    validation_fraction: float = _f(
-        0.05, "share of training documents held out for validation when validation is null"
-    )
+    validation_fraction: float = _f(0.05, "share of training documents held out for validation when validation is null")
     text_field: str = _f("text", "column / JSON key that holds the text in .jsonl .json .parquet .csv and hub data")
     txt_documents: Literal["line", "paragraph"] = _f(
         "line", "how a .txt file splits into documents: one per line, or blank-line-separated paragraphs"
@@ -72,10 +70,10 @@ class DataConfig:
 
 @dataclass
 class TokenizerConfig:
-    path: Union[str, None] = _f(None, "tokenizer folder (written by `tokenize`, read by `pretrain`); null: <run_dir>/tokenizer")
-    pretrained: Union[str, None] = _f(
-        None, "reuse this existing tokenizer folder or hub name instead of training one"
+    path: Union[str, None] = _f(
+        None, "tokenizer folder (written by `tokenize`, read by `pretrain`); null: <run_dir>/tokenizer"
     )
+    pretrained: Union[str, None] = _f(None, "reuse this existing tokenizer folder or hub name instead of training one")
     vocab_size: int = _f(30522, "WordPiece vocabulary size, special tokens included")
     lowercase: bool = _f(True, "lower-case text before tokenizing")
     strip_accents: Union[bool, None] = _f(None, "strip accents; null: follow lowercase, as BERT does")
@@ -100,12 +98,18 @@ class MaskingConfig:
     eval_seed: int = _f(1234, "seed of the fixed evaluation masks")
 
     def validate(self) -> None:
-        _check(0.0 < self.mlm_probability < 1.0, "masking.mlm_probability",
-               f"must be in (0, 1) (got {self.mlm_probability})")
+        _check(
+            0.0 < self.mlm_probability < 1.0,
+            "masking.mlm_probability",
+            f"must be in (0, 1) (got {self.mlm_probability})",
+        )
         _check(0.0 <= self.mask_replace <= 1.0, "masking.mask_replace", "must be in [0, 1]")
         _check(0.0 <= self.random_replace <= 1.0, "masking.random_replace", "must be in [0, 1]")
-        _check(self.mask_replace + self.random_replace <= 1.0 + 1e-9, "masking.mask_replace",
-               f"+ masking.random_replace must be <= 1 (got {self.mask_replace} + {self.random_replace})")
+        _check(
+            self.mask_replace + self.random_replace <= 1.0 + 1e-9,
+            "masking.mask_replace",
+            f"+ masking.random_replace must be <= 1 (got {self.mask_replace} + {self.random_replace})",
+        )
 
 
 @dataclass
@@ -121,11 +125,20 @@ class ModelConfig:
     pad_vocab_multiple: int = _f(1, "round the embedding rows up to a multiple of this (64 suits GPUs)")
 
     def validate(self) -> None:
-        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings",
-                     "pad_vocab_multiple"):
+        for name in (
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "pad_vocab_multiple",
+        ):
             _check(getattr(self, name) >= 1, f"model.{name}", f"must be >= 1 (got {getattr(self, name)})")
-        _check(self.hidden_size % self.num_heads == 0, "model.hidden_size",
-               f"({self.hidden_size}) must be divisible by model.num_heads ({self.num_heads})")
+        _check(
+            self.hidden_size % self.num_heads == 0,
+            "model.hidden_size",
+            f"({self.hidden_size}) must be divisible by model.num_heads ({self.num_heads})",
+        )
         for name in ("hidden_dropout", "attention_dropout"):
             _check(0.0 <= getattr(self, name) < 1.0, f"model.{name}", "must be in [0, 1)")
 
@@ -197,8 +210,11 @@ class TrainConfig:
         _check(self.batch_size >= 1, "train.batch_size", f"must be >= 1 (got {self.batch_size})")
         if self.micro_batch_size is not None:
             _check(self.micro_batch_size >= 1, "train.micro_batch_size", "must be >= 1")
-        _check(self.max_steps is not None or self.max_tokens is not None or self.max_time is not None,
-               "train.max_steps", "is null, and so are max_tokens and max_time: set at least one budget")
+        _check(
+            self.max_steps is not None or self.max_tokens is not None or self.max_time is not None,
+            "train.max_steps",
+            "is null, and so are max_tokens and max_time: set at least one budget",
+        )
         if self.max_steps is not None:
             _check(self.max_steps >= 1, "train.max_steps", f"must be >= 1 (got {self.max_steps})")
         if self.max_tokens is not None:
@@ -208,8 +224,11 @@ class TrainConfig:
         seconds = parse_duration(self.max_time)
         if seconds is not None:
             _check(seconds > 0, "train.max_time", "must be > 0")
-        _check(bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device)), "train.device",
-               f"must be auto, cpu, cuda or cuda:N (got {self.device!r})")
+        _check(
+            bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device)),
+            "train.device",
+            f"must be auto, cpu, cuda or cuda:N (got {self.device!r})",
+        )
         _check(self.log_every >= 1, "train.log_every", "must be >= 1")
         _check(self.eval_every >= 0, "train.eval_every", "must be >= 0")
         _check(self.eval_max_blocks >= 1, "train.eval_max_blocks", "must be >= 1")
@@ -244,9 +263,11 @@ class Config:
     def validate(self) -> None:
         for section in SECTIONS:
             getattr(self, section).validate()
-        _check(self.data.seq_len <= self.model.max_position_embeddings, "data.seq_len",
-               f"({self.data.seq_len}) must be <= model.max_position_embeddings "
-               f"({self.model.max_position_embeddings})")
+        _check(
+            self.data.seq_len <= self.model.max_position_embeddings,
+            "data.seq_len",
+            f"({self.data.seq_len}) must be <= model.max_position_embeddings ({self.model.max_position_embeddings})",
+        )
 
     @property
     def tokenizer_dir(self) -> Path:
@@ -291,8 +312,9 @@ def read_yaml(path: Union[str, Path]) -> dict[str, Any]:
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
-        raise UserError("config", f"{path} must hold a mapping of sections (data:, model:, ...), "
-                                  f"not a {type(loaded).__name__}")
+        raise UserError(
+            "config", f"{path} must hold a mapping of sections (data:, model:, ...), not a {type(loaded).__name__}"
+        )
     return loaded
 
 

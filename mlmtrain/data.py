@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -42,8 +43,11 @@ class StoreBlocks:
         self.body = seq_len - 2  # room left between [CLS] and [SEP]
         self.count = store.num_tokens // self.body if packing else store.num_documents
         if self.count == 0:
-            raise UserError("data", f"the {store.split} split has {store.num_tokens} tokens, fewer than one block of "
-                                    f"data.seq_len={seq_len}; add text or lower data.seq_len")
+            raise UserError(
+                "data",
+                f"the {store.split} split has {store.num_tokens} tokens, fewer than one block of "
+                f"data.seq_len={seq_len}; add text or lower data.seq_len",
+            )
 
     def __len__(self) -> int:
         return self.count
@@ -76,22 +80,35 @@ def batch_layout(batch_size: int, micro_batch_size: Optional[int], world_size: i
     """Derive micro-batch and accumulation steps from the global batch, or say why it cannot be done."""
     micro = micro_batch_size if micro_batch_size is not None else batch_size // world_size
     if micro < 1 or batch_size % (micro * world_size) != 0:
-        raise UserError("config", f"train.batch_size={batch_size} is not a multiple of train.micro_batch_size "
-                                  f"({micro_batch_size or micro}) x {world_size} process(es); change one of them")
+        raise UserError(
+            "config",
+            f"train.batch_size={batch_size} is not a multiple of train.micro_batch_size "
+            f"({micro_batch_size or micro}) x {world_size} process(es); change one of them",
+        )
     return BatchLayout(micro, batch_size // (micro * world_size), world_size, rank)
 
 
 class MicroBatches(IterableDataset):
     """An endless, resumable stream of masked micro-batches for one rank, from a token store."""
 
-    def __init__(self, blocks: StoreBlocks, collator: MaskingCollator, layout: BatchLayout, seed: int,
-                 start: int = 0, shuffle: bool = True) -> None:
+    def __init__(
+        self,
+        blocks: StoreBlocks,
+        collator: MaskingCollator,
+        layout: BatchLayout,
+        seed: int,
+        start: int = 0,
+        shuffle: bool = True,
+    ) -> None:
         self.blocks, self.collator, self.layout = blocks, collator, layout
         self.seed, self.start, self.shuffle = seed, start, shuffle
         self.steps_per_epoch = len(blocks) // layout.global_batch
         if self.steps_per_epoch == 0:
-            raise UserError("data", f"the training split has {len(blocks)} blocks, fewer than one global batch of "
-                                    f"{layout.global_batch}; add text, or lower train.batch_size or data.seq_len")
+            raise UserError(
+                "data",
+                f"the training split has {len(blocks)} blocks, fewer than one global batch of "
+                f"{layout.global_batch}; add text, or lower train.batch_size or data.seq_len",
+            )
         self._order: tuple[int, Optional[torch.Tensor]] = (-1, None)
 
     def order(self, epoch: int) -> torch.Tensor:
@@ -109,8 +126,10 @@ class MicroBatches(IterableDataset):
         layout = self.layout
         step, accum = divmod(micro_batch, layout.accum_steps)
         epoch, step_in_epoch = divmod(step, self.steps_per_epoch)
-        offset = step_in_epoch * layout.global_batch + (accum * layout.world_size + layout.rank) * layout.micro_batch_size
-        return epoch, self.order(epoch)[offset:offset + layout.micro_batch_size]
+        offset = (
+            step_in_epoch * layout.global_batch + (accum * layout.world_size + layout.rank) * layout.micro_batch_size
+        )
+        return epoch, self.order(epoch)[offset : offset + layout.micro_batch_size]
 
     def batch(self, micro_batch: int) -> dict[str, torch.Tensor]:
         epoch, indices = self.indices(micro_batch)
@@ -132,8 +151,18 @@ class LiveMicroBatches(IterableDataset):
     is exact for the same number of processes and workers.
     """
 
-    def __init__(self, corpus: Any, tokenizer_dir: Path, collator: MaskingCollator, layout: BatchLayout,
-                 seq_len: int, seed: int, shuffle_buffer: int, num_workers: int, start: int = 0) -> None:
+    def __init__(
+        self,
+        corpus: Any,
+        tokenizer_dir: Path,
+        collator: MaskingCollator,
+        layout: BatchLayout,
+        seq_len: int,
+        seed: int,
+        shuffle_buffer: int,
+        num_workers: int,
+        start: int = 0,
+    ) -> None:
         self.corpus, self.tokenizer_dir, self.collator, self.layout = corpus, tokenizer_dir, collator, layout
         self.seq_len, self.seed, self.shuffle_buffer = seq_len, seed, shuffle_buffer
         self.num_workers, self.start = max(num_workers, 1), start
@@ -152,8 +181,10 @@ class LiveMicroBatches(IterableDataset):
             batch = list(itertools.islice(texts, 256))
             if not batch:
                 break
-            ids = [np.asarray(e.ids + [sep_id], dtype=np.int64)
-                   for e in tokenizer.encode_batch(batch, add_special_tokens=False)]
+            ids = [
+                np.asarray(e.ids + [sep_id], dtype=np.int64)
+                for e in tokenizer.encode_batch(batch, add_special_tokens=False)
+            ]
             pending = np.concatenate([pending, *ids])
             cut = len(pending) // body * body
             for piece in pending[:cut].reshape(-1, body):
@@ -184,13 +215,20 @@ class LiveMicroBatches(IterableDataset):
                 if len(chunk) < layout.micro_batch_size:
                     break
                 if produced >= skip:
-                    yield self.collator([{"input_ids": b, "epoch": epoch, "index": (shard << 40) + counter + i}
-                                         for i, b in enumerate(chunk)])
+                    yield self.collator(
+                        [
+                            {"input_ids": b, "epoch": epoch, "index": (shard << 40) + counter + i}
+                            for i, b in enumerate(chunk)
+                        ]
+                    )
                 counter += len(chunk)
                 produced += 1
             if counter == 0:
-                raise UserError("data", f"data shard {shard} of {shards} holds fewer tokens than one micro-batch of "
-                                        f"{layout.micro_batch_size} blocks; add text or use fewer workers")
+                raise UserError(
+                    "data",
+                    f"data shard {shard} of {shards} holds fewer tokens than one micro-batch of "
+                    f"{layout.micro_batch_size} blocks; add text or use fewer workers",
+                )
 
 
 def make_loader(dataset: IterableDataset, num_workers: int, pin_memory: bool) -> DataLoader:

@@ -263,7 +263,7 @@ def _non_empty(blocks: PackedBlocks, source: str) -> Iterator[np.ndarray]:
     first = next(stream, None)
     if first is None:
         if blocks.documents == 0:
-            raise UserError("data", f"{source} holds no text; point --data at a non-empty source")
+            raise UserError("data", f"{source} holds no text; add text or choose another source")
         raise UserError(
             "data",
             f"{source} has {blocks.tokens} tokens, fewer than one block of {blocks.seq_len}; "

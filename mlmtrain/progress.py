@@ -45,8 +45,9 @@ class Reporter:
             run_dir.mkdir(parents=True, exist_ok=True)
             self._file = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")  # append: a resumed run continues it
         if show_bar:
-            self._bar = tqdm(total=total_steps, initial=initial_step, unit="step", dynamic_ncols=True,
-                             file=sys.stderr, leave=True)
+            self._bar = tqdm(
+                total=total_steps, initial=initial_step, unit="step", dynamic_ncols=True, file=sys.stderr, leave=True
+            )
         if tensorboard and run_dir is not None:
             try:
                 from torch.utils.tensorboard import SummaryWriter

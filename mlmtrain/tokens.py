@@ -15,9 +15,10 @@ import shutil
 import sys
 import time
 from bisect import bisect_right
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -72,7 +73,7 @@ class _SplitWriter:
             if self._file is None or self._in_shard >= SHARD_TOKENS:
                 self._open_shard()
             take = min(len(ids) - start, SHARD_TOKENS - self._in_shard)
-            ids[start:start + take].astype(self.dtype, copy=False).tofile(self._file)
+            ids[start : start + take].astype(self.dtype, copy=False).tofile(self._file)
             self._in_shard += take
             self.stats.shards[-1]["tokens"] += take
             start += take
@@ -99,8 +100,9 @@ def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
         yield batch
 
 
-def encode_split(corpus: Iterable[str], tokenizer: Any, folder: Path, split: str, *, count_words: bool,
-                 progress: Any = None) -> SplitStats:
+def encode_split(
+    corpus: Iterable[str], tokenizer: Any, folder: Path, split: str, *, count_words: bool, progress: Any = None
+) -> SplitStats:
     """Encode every document of `corpus` into `folder` with a `tokenizers.Tokenizer` (no [CLS]; [SEP] after each)."""
     vocab_size = tokenizer.get_vocab_size()
     sep_id, unk_id = tokenizer.token_to_id("[SEP]"), tokenizer.token_to_id("[UNK]")
@@ -145,21 +147,29 @@ class TokenStore:
             expected = int(shard["tokens"]) * self.dtype.itemsize
             actual = path.stat().st_size if path.exists() else -1
             if actual != expected:
-                raise UserError("data", f"token store {self.folder} is damaged: {shard['file']} has {max(actual, 0)} "
-                                        f"bytes, expected {expected}; run `mlmtrain tokenize` again to rebuild it")
-            self._shards.append(np.memmap(path, dtype=self.dtype, mode="r") if expected else
-                                np.zeros(0, dtype=self.dtype))
+                raise UserError(
+                    "data",
+                    f"token store {self.folder} is damaged: {shard['file']} has {max(actual, 0)} "
+                    f"bytes, expected {expected}; run `mlmtrain tokenize` again to rebuild it",
+                )
+            self._shards.append(
+                np.memmap(path, dtype=self.dtype, mode="r") if expected else np.zeros(0, dtype=self.dtype)
+            )
             self._starts.append(start)
             start += int(shard["tokens"])
         docs = self.folder / f"{split}.docs.npy"
         try:
             self.doc_ends = np.load(docs, mmap_mode="r")
         except (OSError, ValueError):
-            raise UserError("data", f"token store {self.folder} is damaged: cannot read {docs.name}; "
-                                    "run `mlmtrain tokenize` again") from None
+            raise UserError(
+                "data", f"token store {self.folder} is damaged: cannot read {docs.name}; run `mlmtrain tokenize` again"
+            ) from None
         if len(self.doc_ends) != self.num_documents:
-            raise UserError("data", f"token store {self.folder} is damaged: {docs.name} lists {len(self.doc_ends)} "
-                                    f"documents, meta.json {self.num_documents}; run `mlmtrain tokenize` again")
+            raise UserError(
+                "data",
+                f"token store {self.folder} is damaged: {docs.name} lists {len(self.doc_ends)} "
+                f"documents, meta.json {self.num_documents}; run `mlmtrain tokenize` again",
+            )
 
     @property
     def tokenizer_fingerprint(self) -> str:
@@ -172,7 +182,7 @@ class TokenStore:
             shard = bisect_right(self._starts, start) - 1
             offset = start - self._starts[shard]
             take = min(stop - start, len(self._shards[shard]) - offset)
-            pieces.append(self._shards[shard][offset:offset + take])
+            pieces.append(self._shards[shard][offset : offset + take])
             start += take
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
@@ -186,18 +196,25 @@ def read_meta(folder: Path) -> dict[str, Any]:
     """meta.json of a complete store; UserError for a missing, unfinished or foreign folder."""
     folder = Path(folder)
     if not (folder / "meta.json").is_file():
-        raise UserError("data", f"no token store at {folder}; run `mlmtrain tokenize --config ...` first "
-                                "(or set data.use_store: false to tokenize on the fly)")
+        raise UserError(
+            "data",
+            f"no token store at {folder}; run `mlmtrain tokenize --config ...` first "
+            "(or set data.use_store: false to tokenize on the fly)",
+        )
     if not (folder / COMPLETE).exists():
-        raise UserError("data", f"token store {folder} is incomplete (tokenize was interrupted); "
-                                "run `mlmtrain tokenize` again")
+        raise UserError(
+            "data", f"token store {folder} is incomplete (tokenize was interrupted); run `mlmtrain tokenize` again"
+        )
     try:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise UserError("data", f"token store {folder}: unreadable meta.json ({error}); run `mlmtrain tokenize` again")
     if meta.get("format") != STORE_FORMAT:
-        raise UserError("data", f"token store {folder} has format {meta.get('format')}, this mlmtrain reads "
-                                f"{STORE_FORMAT}; run `mlmtrain tokenize` again")
+        raise UserError(
+            "data",
+            f"token store {folder} has format {meta.get('format')}, this mlmtrain reads "
+            f"{STORE_FORMAT}; run `mlmtrain tokenize` again",
+        )
     return meta
 
 
@@ -248,8 +265,10 @@ def prepare_tokenizer(cfg: Config, train_corpus: Any) -> Any:
     trained = train_tokenizer(train_corpus, cfg.tokenizer)
     save_tokenizer(trained, folder, cfg.tokenizer, model_max_length=cfg.model.max_position_embeddings)
     meta_path.write_text(json.dumps(settings, indent=1), encoding="utf-8")
-    say(f"tokenizer: trained WordPiece, {trained.get_vocab_size():,} tokens, in {time.perf_counter() - started:.1f}s "
-        f"-> {folder}")
+    say(
+        f"tokenizer: trained WordPiece, {trained.get_vocab_size():,} tokens, in {time.perf_counter() - started:.1f}s "
+        f"-> {folder}"
+    )
     return load_tokenizer(folder)
 
 
@@ -279,8 +298,9 @@ def tokenize_corpus(cfg: Config, quiet: bool = False) -> Path:
         total_bytes = 0
         for split, corpus in (("train", train_corpus), ("validation", valid_corpus)):
             with tqdm(desc=f"encode {split}", unit="doc", disable=quiet, file=sys.stderr) as bar:
-                stats[split] = encode_split(corpus, backend, staging, split, count_words=split == "validation",
-                                            progress=bar)
+                stats[split] = encode_split(
+                    corpus, backend, staging, split, count_words=split == "validation", progress=bar
+                )
             total_bytes += corpus.stats.bytes
             if corpus.stats.invalid_utf8_lines:
                 say(f"{split}: {corpus.stats.invalid_utf8_lines:,} lines had invalid UTF-8 bytes (replaced by U+FFFD)")
@@ -294,8 +314,9 @@ def tokenize_corpus(cfg: Config, quiet: bool = False) -> Path:
             "sep_id": backend.token_to_id("[SEP]"),
             "sources": sources,
             "source_descriptions": {"train": train_corpus.describe(), "validation": valid_corpus.describe()},
-            "splits": {split: {"documents": s.documents, "tokens": s.tokens, "shards": s.shards}
-                       for split, s in stats.items()},
+            "splits": {
+                split: {"documents": s.documents, "tokens": s.tokens, "shards": s.shards} for split, s in stats.items()
+            },
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         (staging / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
@@ -307,11 +328,13 @@ def tokenize_corpus(cfg: Config, quiet: bool = False) -> Path:
 
     seconds = time.perf_counter() - started
     valid = stats["validation"]
-    say(f"tokenize: {stats['train'].documents:,} train / {valid.documents:,} validation documents, "
+    say(
+        f"tokenize: {stats['train'].documents:,} train / {valid.documents:,} validation documents, "
         f"{stats['train'].tokens:,} / {valid.tokens:,} tokens, vocabulary {backend.get_vocab_size():,}, "
         f"validation UNK rate {valid.unk_tokens / max(valid.tokens, 1):.4%}, "
         f"{(valid.tokens - valid.documents) / max(valid.words, 1):.3f} tokens per word, "
-        f"{seconds:.1f}s ({total_bytes / 1e6 / max(seconds, 1e-9):.1f} MB/s) -> {target}")
+        f"{seconds:.1f}s ({total_bytes / 1e6 / max(seconds, 1e-9):.1f} MB/s) -> {target}"
+    )
     return target
 
 

@@ -26,8 +26,7 @@ import torch.distributed as dist
 
 from mlmtrain import checkpoint as ckpt
 from mlmtrain.config import Config, save_config
-from mlmtrain.data import (LiveMicroBatches, MicroBatches, StoreBlocks, batch_layout, evaluation_blocks,
-                           make_loader)
+from mlmtrain.data import LiveMicroBatches, MicroBatches, StoreBlocks, batch_layout, evaluation_blocks, make_loader
 from mlmtrain.distributed import DistContext, all_reduce_sum, barrier, init_distributed, teardown
 from mlmtrain.errors import UserError
 from mlmtrain.evaluate import evaluate_blocks
@@ -88,8 +87,11 @@ class RunLock:
             self.handle.seek(0)
             owner = self.handle.read().strip() or "another process"
             self.handle.close()
-            raise UserError("run", f"{run_dir} is in use by a running mlmtrain ({owner}); wait for it to finish "
-                                   "or choose another train.run_dir") from None
+            raise UserError(
+                "run",
+                f"{run_dir} is in use by a running mlmtrain ({owner}); wait for it to finish "
+                "or choose another train.run_dir",
+            ) from None
         self.handle.seek(0)
         self.handle.truncate()
         self.handle.write(f"pid {os.getpid()}")
@@ -109,8 +111,11 @@ def _claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool) -> Non
             (run_dir / name).unlink(missing_ok=True)
         shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
     elif holds_run and resume is None:
-        raise UserError("run", f"{run_dir} already holds a run; pass --resume to continue it or --overwrite to "
-                               "start afresh (or choose another train.run_dir)")
+        raise UserError(
+            "run",
+            f"{run_dir} already holds a run; pass --resume to continue it or --overwrite to "
+            "start afresh (or choose another train.run_dir)",
+        )
 
 
 def _ensure_data(cfg: Config, ctx: DistContext) -> None:
@@ -155,24 +160,40 @@ def _load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: 
     from transformers import BertForMaskedLM
 
     saved = json.loads((folder / "config.json").read_text())
-    expected = {"hidden_size": cfg.model.hidden_size, "num_hidden_layers": cfg.model.num_layers,
-                "num_attention_heads": cfg.model.num_heads, "intermediate_size": cfg.model.intermediate_size}
+    expected = {
+        "hidden_size": cfg.model.hidden_size,
+        "num_hidden_layers": cfg.model.num_layers,
+        "num_attention_heads": cfg.model.num_heads,
+        "intermediate_size": cfg.model.intermediate_size,
+    }
     for key, value in expected.items():
         if saved.get(key) != value:
-            raise UserError("checkpoint", f"{folder} was trained with {key}={saved.get(key)}, the config says {value}; "
-                                          "resume with the config of that run, or start afresh with --overwrite")
+            raise UserError(
+                "checkpoint",
+                f"{folder} was trained with {key}={saved.get(key)}, the config says {value}; "
+                "resume with the config of that run, or start afresh with --overwrite",
+            )
     saved_fingerprint = tokenizer_fingerprint(load_tokenizer(folder))
     if saved_fingerprint != fingerprint:
-        raise UserError("checkpoint", f"{folder} was trained with another tokenizer than {folder.parent.parent}; "
-                                      "resume with the tokenizer of that run, or start afresh with --overwrite")
+        raise UserError(
+            "checkpoint",
+            f"{folder} was trained with another tokenizer than {folder.parent.parent}; "
+            "resume with the tokenizer of that run, or start afresh with --overwrite",
+        )
     try:
         model = BertForMaskedLM.from_pretrained(str(folder), attn_implementation="sdpa")
     except Exception as error:  # truncated safetensors and friends
-        raise UserError("checkpoint", f"cannot load the weights in {folder} ({type(error).__name__}: "
-                                      f"{str(error).splitlines()[0][:160]}); resume from an older checkpoint") from None
+        raise UserError(
+            "checkpoint",
+            f"cannot load the weights in {folder} ({type(error).__name__}: "
+            f"{str(error).splitlines()[0][:160]}); resume from an older checkpoint",
+        ) from None
     if model.config.vocab_size < vocab_size:
-        raise UserError("checkpoint", f"{folder} has {model.config.vocab_size} embedding rows, the tokenizer "
-                                      f"{vocab_size} tokens; it belongs to another run")
+        raise UserError(
+            "checkpoint",
+            f"{folder} has {model.config.vocab_size} embedding rows, the tokenizer "
+            f"{vocab_size} tokens; it belongs to another run",
+        )
     return model
 
 
@@ -222,7 +243,8 @@ def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Pat
         model = torch.compile(model)
     if ctx.distributed:
         model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
     optimizer = build_optimizer(mlm, cfg.optim, device)
     autocast_dtype = _precision(cfg, device)
     scaler = torch.amp.GradScaler(device.type, enabled=autocast_dtype == torch.float16)
@@ -235,36 +257,51 @@ def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Pat
     if cfg.data.use_store:
         store = TokenStore(cfg.store_dir, "train")
         if store.tokenizer_fingerprint != fingerprint:
-            raise UserError("data", f"token store {cfg.store_dir} was encoded with another tokenizer than "
-                                    f"{cfg.tokenizer_dir}; run `mlmtrain tokenize` again")
+            raise UserError(
+                "data",
+                f"token store {cfg.store_dir} was encoded with another tokenizer than "
+                f"{cfg.tokenizer_dir}; run `mlmtrain tokenize` again",
+            )
         blocks = StoreBlocks(store, cfg.data.seq_len, cfg.data.packing, tokenizer.cls_token_id, tokenizer.sep_token_id)
         dataset = MicroBatches(blocks, collator, layout, cfg.train.seed, start=state.micro_batches)
     else:
         from mlmtrain.corpus import corpus_splits
 
-        dataset = LiveMicroBatches(corpus_splits(cfg.data)[0], cfg.tokenizer_dir, collator, layout, cfg.data.seq_len,
-                                   cfg.train.seed, cfg.data.shuffle_buffer, cfg.data.num_workers,
-                                   start=state.micro_batches)
+        dataset = LiveMicroBatches(
+            corpus_splits(cfg.data)[0],
+            cfg.tokenizer_dir,
+            collator,
+            layout,
+            cfg.data.seq_len,
+            cfg.train.seed,
+            cfg.data.shuffle_buffer,
+            cfg.data.num_workers,
+            start=state.micro_batches,
+        )
     loader = make_loader(dataset, cfg.data.num_workers, pin_memory=device.type == "cuda")
     eval_set = _eval_set(cfg, tokenizer) if ctx.is_main and cfg.train.eval_every else None
 
     if ctx.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir)
-        (run_dir / "run.json").write_text(json.dumps({"tokenizer_fingerprint": fingerprint,
-                                                      "world_size": ctx.world_size}, indent=1))
+        (run_dir / "run.json").write_text(
+            json.dumps({"tokenizer_fingerprint": fingerprint, "world_size": ctx.world_size}, indent=1)
+        )
         params = sum(p.numel() for p in mlm.parameters())
-        say(f"pretrain: {params / 1e6:.1f}M parameters on {device} ({autocast_dtype or 'fp32'}), "
+        say(
+            f"pretrain: {params / 1e6:.1f}M parameters on {device} ({autocast_dtype or 'fp32'}), "
             f"{ctx.world_size} process(es), global batch {layout.global_batch} x {cfg.data.seq_len} tokens "
             f"(micro-batch {layout.micro_batch_size}, accumulation {layout.accum_steps})"
-            + (f", resuming from {resume_from} at step {state.step}" if resume_from else ""))
+            + (f", resuming from {resume_from} at step {state.step}" if resume_from else "")
+        )
     batches = iter(loader)  # starting a DataLoader draws from the global RNG: seed or restore it afterwards
     if saved:
         _set_rng_state(saved["rng"][ctx.rank] if ctx.rank < len(saved["rng"]) else saved["rng"][0])
     else:
         torch.manual_seed(cfg.train.seed + ctx.rank)  # dropout differs across ranks, reproducibly
-    loop = Loop(cfg, ctx, run_dir, mlm, model, optimizer, scaler, autocast_dtype, tokenizer, vocab, layout,
-                state, eval_set)
+    loop = Loop(
+        cfg, ctx, run_dir, mlm, model, optimizer, scaler, autocast_dtype, tokenizer, vocab, layout, state, eval_set
+    )
     return loop.run(batches)
 
 
@@ -273,8 +310,13 @@ def _eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
     if not cfg.data.use_store:
         return None
     try:
-        blocks = StoreBlocks(TokenStore(cfg.store_dir, "validation"), cfg.data.seq_len, True,
-                             tokenizer.cls_token_id, tokenizer.sep_token_id)
+        blocks = StoreBlocks(
+            TokenStore(cfg.store_dir, "validation"),
+            cfg.data.seq_len,
+            True,
+            tokenizer.cls_token_id,
+            tokenizer.sep_token_id,
+        )
     except UserError as error:
         say(f"evaluation disabled: {error.message}")
         return None
@@ -303,9 +345,22 @@ class StopRequested:
 class Loop:
     """The training loop and its cadence (log, evaluate, checkpoint); `run` reads top to bottom."""
 
-    def __init__(self, cfg: Config, ctx: DistContext, run_dir: Path, mlm: Any, model: torch.nn.Module,
-                 optimizer: torch.optim.Optimizer, scaler: Any, autocast_dtype: Optional[torch.dtype], tokenizer: Any,
-                 vocab: VocabInfo, layout: Any, state: TrainState, eval_set: Any) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        ctx: DistContext,
+        run_dir: Path,
+        mlm: Any,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scaler: Any,
+        autocast_dtype: Optional[torch.dtype],
+        tokenizer: Any,
+        vocab: VocabInfo,
+        layout: Any,
+        state: TrainState,
+        eval_set: Any,
+    ) -> None:
         self.cfg, self.ctx, self.run_dir = cfg, ctx, run_dir
         self.mlm, self.model, self.optimizer, self.scaler = mlm, model, optimizer, scaler
         self.autocast_dtype, self.tokenizer, self.vocab, self.layout = autocast_dtype, tokenizer, vocab, layout
@@ -334,8 +389,14 @@ class Loop:
 
     def run(self, batches: Any) -> Path:
         cfg, state, ctx = self.cfg, self.state, self.ctx
-        reporter = Reporter(self.run_dir if ctx.is_main else None, cfg.train.max_steps, enabled=ctx.is_main,
-                            show_bar=cfg.train.progress, tensorboard=cfg.train.tensorboard, initial_step=state.step)
+        reporter = Reporter(
+            self.run_dir if ctx.is_main else None,
+            cfg.train.max_steps,
+            enabled=ctx.is_main,
+            show_bar=cfg.train.progress,
+            tensorboard=cfg.train.tensorboard,
+            initial_step=state.step,
+        )
         stopper = StopRequested()
         last_saved: Optional[Path] = ckpt.latest_checkpoint(self.run_dir) if ctx.is_main else None
         window_start, window_tokens = time.perf_counter(), 0
@@ -347,8 +408,14 @@ class Loop:
                 #    number of selected tokens in the whole global batch (all ranks, all micro-steps).
                 micro = [next(batches) for _ in range(self.layout.accum_steps)]
                 state.micro_batches += len(micro)
-                local = torch.tensor([sum(int((b["labels"] != -100).sum()) for b in micro),
-                                      sum(_count_tokens(b) for b in micro), float(stopper.flag)], dtype=torch.float64)
+                local = torch.tensor(
+                    [
+                        sum(int((b["labels"] != -100).sum()) for b in micro),
+                        sum(_count_tokens(b) for b in micro),
+                        float(stopper.flag),
+                    ],
+                    dtype=torch.float64,
+                )
                 selected, tokens, stop_votes = all_reduce_sum(ctx, local).tolist()
 
                 # 2. Forward/backward per micro-batch; DDP all-reduces gradients on the last one only.
@@ -372,12 +439,16 @@ class Loop:
                     self.optimizer.zero_grad(set_to_none=True)
                     state.nonfinite_in_row += 1
                     state.nonfinite_total += 1
-                    reporter.message(f"step {state.step + 1}: loss is {loss}; step skipped "
-                                     f"({state.nonfinite_in_row} in a row)")
+                    reporter.message(
+                        f"step {state.step + 1}: loss is {loss}; step skipped ({state.nonfinite_in_row} in a row)"
+                    )
                     if state.nonfinite_in_row >= cfg.train.max_nonfinite:
                         kept = f"; the last good checkpoint is {last_saved}" if last_saved else ""
-                        raise UserError("train", f"{state.nonfinite_in_row} non-finite losses in a row at step "
-                                                 f"{state.step}{kept}; lower optim.lr or use train.precision fp32/bf16")
+                        raise UserError(
+                            "train",
+                            f"{state.nonfinite_in_row} non-finite losses in a row at step "
+                            f"{state.step}{kept}; lower optim.lr or use train.precision fp32/bf16",
+                        )
                     continue
                 state.nonfinite_in_row = 0
 
@@ -402,9 +473,17 @@ class Loop:
                 tokens_per_s = window_tokens / max(now - window_start, 1e-9)
                 reporter.advance(state.step, loss, lr, tokens_per_s)
                 if state.step % cfg.train.log_every == 0:
-                    reporter.log({"step": state.step, "tokens": state.tokens, "loss": loss, "lr": lr,
-                                  "grad_norm": grad_norm, "tokens_per_s": tokens_per_s,
-                                  "elapsed_s": round(state.elapsed_s, 3)})
+                    reporter.log(
+                        {
+                            "step": state.step,
+                            "tokens": state.tokens,
+                            "loss": loss,
+                            "lr": lr,
+                            "grad_norm": grad_norm,
+                            "tokens_per_s": tokens_per_s,
+                            "elapsed_s": round(state.elapsed_s, 3),
+                        }
+                    )
                     window_start, window_tokens = time.perf_counter(), 0
                 eval_loss = None
                 if cfg.train.eval_every and state.step % cfg.train.eval_every == 0:
@@ -434,11 +513,29 @@ class Loop:
         if self.eval_set is None or not self.ctx.is_main:
             return None
         blocks, indices = self.eval_set
-        result = evaluate_blocks(self.mlm, blocks, indices, self.vocab, self.cfg.masking, self.cfg.masking.eval_seed,
-                                 self.layout.micro_batch_size, self.device, self.autocast_dtype)
-        reporter.log({"step": self.state.step, "tokens": self.state.tokens, "eval_loss": result.loss,
-                      "eval_ppl": result.perplexity, "eval_masked_tokens": result.masked_tokens})
-        reporter.message(f"step {self.state.step}: validation loss {result.loss:.4f}, perplexity {result.perplexity:.2f}")
+        result = evaluate_blocks(
+            self.mlm,
+            blocks,
+            indices,
+            self.vocab,
+            self.cfg.masking,
+            self.cfg.masking.eval_seed,
+            self.layout.micro_batch_size,
+            self.device,
+            self.autocast_dtype,
+        )
+        reporter.log(
+            {
+                "step": self.state.step,
+                "tokens": self.state.tokens,
+                "eval_loss": result.loss,
+                "eval_ppl": result.perplexity,
+                "eval_masked_tokens": result.masked_tokens,
+            }
+        )
+        reporter.message(
+            f"step {self.state.step}: validation loss {result.loss:.4f}, perplexity {result.perplexity:.2f}"
+        )
         return result.loss
 
     def save(self, eval_loss: Optional[float]) -> Optional[Path]:
@@ -446,17 +543,32 @@ class Loop:
         ctx, state = self.ctx, self.state
         if not all(bool(torch.isfinite(p).all()) for p in self.mlm.parameters()):
             # weights are identical on every rank under DDP, so all ranks stop here together
-            raise UserError("train", f"the weights became non-finite by step {state.step}; no checkpoint written "
-                                     "(the last good one stays); lower optim.lr or keep optim.grad_clip > 0")
+            raise UserError(
+                "train",
+                f"the weights became non-finite by step {state.step}; no checkpoint written "
+                "(the last good one stays); lower optim.lr or keep optim.grad_clip > 0",
+            )
         rng = _gather(ctx, _rng_state())
         folder = None
         if ctx.is_main:
             if eval_loss is not None and eval_loss < state.best_eval_loss:
                 state.best_eval_loss, state.best_step = eval_loss, state.step
-            training_state = {"optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
-                              "train_state": vars(state).copy(), "rng": rng, "world_size": ctx.world_size}
-            folder = ckpt.save_checkpoint(self.run_dir, state.step, self.mlm, self.tokenizer, self.cfg,
-                                          training_state, {"tokens": state.tokens, "eval_loss": eval_loss})
+            training_state = {
+                "optimizer": self.optimizer.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "train_state": vars(state).copy(),
+                "rng": rng,
+                "world_size": ctx.world_size,
+            }
+            folder = ckpt.save_checkpoint(
+                self.run_dir,
+                state.step,
+                self.mlm,
+                self.tokenizer,
+                self.cfg,
+                training_state,
+                {"tokens": state.tokens, "eval_loss": eval_loss},
+            )
             best = self.run_dir / "checkpoints" / f"step-{state.best_step}" if self.cfg.checkpoint.keep_best else None
             ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, keep=best)
         barrier(ctx)
@@ -465,11 +577,15 @@ class Loop:
     def farewell(self, last_saved: Optional[Path], stopped: bool) -> None:
         latest = self.run_dir / "checkpoints" / "latest"
         if stopped:
-            say(f"stopped at step {self.state.step}; checkpoint {last_saved}. Resume with: "
-                f"mlmtrain pretrain --config <your config> --resume (same --set options)")
+            say(
+                f"stopped at step {self.state.step}; checkpoint {last_saved}. Resume with: "
+                f"mlmtrain pretrain --config <your config> --resume (same --set options)"
+            )
             return
-        say(f"done: {self.state.step} steps, {self.state.tokens:,} tokens in {self.state.elapsed_s:.0f}s; "
-            f"checkpoint {last_saved} (also {latest})")
+        say(
+            f"done: {self.state.step} steps, {self.state.tokens:,} tokens in {self.state.elapsed_s:.0f}s; "
+            f"checkpoint {last_saved} (also {latest})"
+        )
         say(f'try: mlmtrain fill-mask --model {latest} "The capital of France is [MASK]."')
 
 

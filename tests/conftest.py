@@ -9,8 +9,10 @@ import pytest
 
 from mlmtrain.config import Config, load_config
 
-WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly hex bold jackdaws near "
-         "my big sphinx of quartz and five boxing wizards judge every jumping vexed zebra").split()
+WORDS = (
+    "the quick brown fox jumps over a lazy dog while seven wizards quietly hex bold jackdaws near "
+    "my big sphinx of quartz and five boxing wizards judge every jumping vexed zebra"
+).split()
 
 
 def write_corpus(path: Path, documents: int, seed: int = 0) -> Path:

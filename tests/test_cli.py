@@ -12,8 +12,9 @@ COMMANDS = [["tokenize"], ["pretrain"], ["eval-perplexity"], ["fill-mask"], ["co
 
 
 def mlmtrain(*args: str, cwd: Path | None = None, input: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlmtrain", *args], capture_output=True, text=True, cwd=cwd,
-                          input=input, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "mlmtrain", *args], capture_output=True, text=True, cwd=cwd, input=input, timeout=300
+    )
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
@@ -21,7 +22,6 @@ def test_help_of_every_command(command: list[str]) -> None:
     done = mlmtrain(*command, "--help")
     assert done.returncode == 0, done.stderr
     assert "Usage:" in done.stdout
-
 
 
 def test_every_option_is_documented() -> None:

@@ -29,8 +29,13 @@ def test_every_shipped_config_loads(path: Path) -> None:
 
 def test_shipped_sizes_match_turc_et_al() -> None:
     sizes = {p.stem: load_config(p).model for p in CONFIGS}
-    expected = {"tiny": (2, 128, 2), "mini": (4, 256, 4), "small": (4, 512, 8), "medium": (8, 512, 8),
-                "base": (12, 768, 12)}
+    expected = {
+        "tiny": (2, 128, 2),
+        "mini": (4, 256, 4),
+        "small": (4, 512, 8),
+        "medium": (8, 512, 8),
+        "base": (12, 768, 12),
+    }
     for name, (layers, hidden, heads) in expected.items():
         model = sizes[name]
         assert (model.num_layers, model.hidden_size, model.num_heads) == (layers, hidden, heads)

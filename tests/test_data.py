@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from mlmtrain.config import MaskingConfig
-from mlmtrain.data import (LiveMicroBatches, MicroBatches, StoreBlocks, batch_layout, evaluation_blocks,
-                           make_loader)
+from mlmtrain.data import LiveMicroBatches, MicroBatches, StoreBlocks, batch_layout, evaluation_blocks, make_loader
 from mlmtrain.errors import UserError
 from mlmtrain.masking import MaskingCollator, VocabInfo
 from mlmtrain.tokenizer import load_tokenizer
@@ -41,7 +40,7 @@ def test_packed_blocks_are_full_slices_of_the_stream(parts) -> None:
         block = blocks[i]
         assert len(block) == SEQ
         assert block[0] == tokenizer.cls_token_id and block[-1] == tokenizer.sep_token_id
-        assert np.array_equal(block[1:-1], stream[i * (SEQ - 2):(i + 1) * (SEQ - 2)])
+        assert np.array_equal(block[1:-1], stream[i * (SEQ - 2) : (i + 1) * (SEQ - 2)])
     # documents are separated by [SEP] inside the stream
     assert np.count_nonzero(stream == tokenizer.sep_token_id) == store.num_documents
 
@@ -67,8 +66,9 @@ def test_unpacked_blocks_pad_to_a_multiple_of_8_with_a_correct_mask(parts) -> No
     assert (batch["input_ids"][pad] == tokenizer.pad_token_id).all()
 
 
-def _dataset(parts, batch_size: int, world: int = 1, rank: int = 0, micro: int | None = None, start: int = 0,
-             seed: int = 3) -> MicroBatches:
+def _dataset(
+    parts, batch_size: int, world: int = 1, rank: int = 0, micro: int | None = None, start: int = 0, seed: int = 3
+) -> MicroBatches:
     tokenizer, store, collator = parts
     layout = batch_layout(batch_size, micro, world, rank)
     return MicroBatches(blocks_of(store, tokenizer), collator, layout, seed, start=start)
@@ -132,7 +132,7 @@ def test_loader_workers_keep_the_order(parts) -> None:
     expected = [next(reference)["input_ids"] for _ in range(6)]
     loader = iter(make_loader(_dataset(parts, 8, start=3), num_workers=2, pin_memory=False))
     got = [next(loader)["input_ids"] for _ in range(6)]
-    for a, b in zip(expected, got):
+    for a, b in zip(expected, got, strict=True):
         assert torch.equal(a, b)
 
 
@@ -170,8 +170,17 @@ def test_live_stream_blocks_and_resume(parts, tiny_data: Path) -> None:
     corpus = Corpus(str(tiny_data / "train.txt"))
 
     def live(start: int, workers: int) -> LiveMicroBatches:
-        return LiveMicroBatches(corpus, tiny_data / "tokenizer", collator, batch_layout(4, None, 1, 0), SEQ, 5,
-                                shuffle_buffer=16, num_workers=workers, start=start)
+        return LiveMicroBatches(
+            corpus,
+            tiny_data / "tokenizer",
+            collator,
+            batch_layout(4, None, 1, 0),
+            SEQ,
+            5,
+            shuffle_buffer=16,
+            num_workers=workers,
+            start=start,
+        )
 
     loader = iter(make_loader(live(0, 2), num_workers=2, pin_memory=False))
     whole = [next(loader) for _ in range(8)]

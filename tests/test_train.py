@@ -34,8 +34,14 @@ def test_pretrain_writes_a_checkpoint_transformers_loads(tiny_config) -> None:
     run_dir = Path(cfg.train.run_dir)
     assert final == run_dir / "checkpoints" / "step-10"
     assert (run_dir / "checkpoints" / "latest").resolve() == final.resolve()
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "mlmtrain.yaml", "training_state.pt",
-                 "COMPLETE"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "mlmtrain.yaml",
+        "training_state.pt",
+        "COMPLETE",
+    ):
         assert (final / name).is_file(), name
     model = AutoModelForMaskedLM.from_pretrained(str(run_dir / "checkpoints" / "latest"))
     assert type(model) is BertForMaskedLM
@@ -55,8 +61,7 @@ def test_pretrain_writes_a_checkpoint_transformers_loads(tiny_config) -> None:
 
 
 def test_loss_goes_down(tiny_config) -> None:
-    cfg = tiny_config(**{"train.max_steps": 60, "optim.lr": 3e-3, "train.eval_every": 0,
-                         "checkpoint.save_every": 0})
+    cfg = tiny_config(**{"train.max_steps": 60, "optim.lr": 3e-3, "train.eval_every": 0, "checkpoint.save_every": 0})
     pretrain(cfg)
     losses = list(step_losses(Path(cfg.train.run_dir)).values())
     assert sum(losses[-10:]) / 10 < sum(losses[:10]) / 10 - 0.5
@@ -80,8 +85,13 @@ def test_paused_and_resumed_run_equals_an_uninterrupted_one(tiny_config, tmp_pat
 
 def test_grad_accumulation_matches_one_big_batch(tiny_config, tmp_path: Path) -> None:
     # dropout off: the two runs draw dropout masks for different tensor shapes
-    common = {"model.hidden_dropout": 0.0, "model.attention_dropout": 0.0, "train.eval_every": 0,
-              "checkpoint.save_every": 0, "train.max_steps": 4}
+    common = {
+        "model.hidden_dropout": 0.0,
+        "model.attention_dropout": 0.0,
+        "train.eval_every": 0,
+        "checkpoint.save_every": 0,
+        "train.max_steps": 4,
+    }
     big = tiny_config(**{"train.run_dir": str(tmp_path / "big"), **common})
     accum = tiny_config(**{"train.run_dir": str(tmp_path / "accum"), "train.micro_batch_size": 2, **common})
     pretrain(big)
@@ -102,8 +112,17 @@ def test_run_dir_holding_a_run_needs_resume_or_overwrite(tiny_config) -> None:
 
 
 def test_nonfinite_losses_stop_the_run_and_keep_the_last_good_checkpoint(tiny_config) -> None:
-    cfg = tiny_config(**{"optim.lr": 1e6, "optim.warmup_steps": 0, "optim.grad_clip": 0, "train.max_steps": 50,
-                         "train.max_nonfinite": 2, "checkpoint.save_every": 1, "train.eval_every": 0})
+    cfg = tiny_config(
+        **{
+            "optim.lr": 1e6,
+            "optim.warmup_steps": 0,
+            "optim.grad_clip": 0,
+            "train.max_steps": 50,
+            "train.max_nonfinite": 2,
+            "checkpoint.save_every": 1,
+            "train.eval_every": 0,
+        }
+    )
     with pytest.raises(UserError, match="non-finite"):
         pretrain(cfg)
     checkpoints = sorted(Path(cfg.train.run_dir, "checkpoints").glob("step-*"))
