@@ -208,7 +208,9 @@ def read_meta(folder: Path) -> dict[str, Any]:
     try:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise UserError("data", f"token store {folder}: unreadable meta.json ({error}); run `mlmtrain tokenize` again")
+        raise UserError(
+            "data", f"token store {folder}: unreadable meta.json ({error}); run `mlmtrain tokenize` again"
+        ) from None
     if meta.get("format") != STORE_FORMAT:
         raise UserError(
             "data",
