@@ -162,11 +162,12 @@ def mask_tokens(
 
     Maskable positions are those whose id is not special and whose attention mask (if given) is 1.
     Selection: each maskable position (with `whole_word`, each word: a '##' piece follows its word
-    start) is selected with probability `mlm_probability`. With `fixed_count`, units are taken in a
-    random order until round(mlm_probability x maskable tokens) are selected: exactly that many
-    tokens per row, or with `whole_word` at least that many, over by less than the last word's length
-    (whole words only, and the count never falls short). Of the selected tokens, each independently
-    becomes [MASK] (`mask_replace`), a uniform random ordinary token (`random_replace`), or stays.
+    start) is selected with probability `mlm_probability`. With `fixed_count`, k = round(mlm_probability
+    x maskable tokens) per row, and units are taken in a random order until k tokens are selected:
+    exactly k; with `whole_word`, words are never split, so the word that reaches k is taken whole and
+    the count is k up to k + (that word's length - 1), never fewer than k. Of the selected tokens, each
+    independently becomes [MASK] (`mask_replace`), a uniform random ordinary token (`random_replace`),
+    or stays as it is.
     Labels are the original ids at selected positions, -100 elsewhere. A row, even a whole batch, may
     have no selected position (short rows, low rate): the loss over it is undefined, so callers skip it.
     """
@@ -247,8 +248,8 @@ class MaskingCollator:
         width = -(-max(lengths) // multiple) * multiple
         input_ids = torch.full((len(blocks), width), self.vocab.pad_id, dtype=torch.long)
         attention_mask = torch.zeros((len(blocks), width), dtype=torch.long)
-        for row, block in enumerate(blocks):
-            input_ids[row, : len(block)] = block
-            attention_mask[row, : len(block)] = 1
+        for row, (block, length) in enumerate(zip(blocks, lengths, strict=True)):
+            input_ids[row, :length] = block
+            attention_mask[row, :length] = 1
         masked, labels = mask_tokens(input_ids, self.vocab, self.cfg, seeds, attention_mask)
         return {"input_ids": masked, "labels": labels, "attention_mask": attention_mask}

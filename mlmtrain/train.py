@@ -531,6 +531,7 @@ class Loop:
                 "eval_loss": result.loss,
                 "eval_ppl": result.perplexity,
                 "eval_masked_tokens": result.masked_tokens,
+                "eval_seconds": round(result.seconds, 3),
             }
         )
         reporter.message(
