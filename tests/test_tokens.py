@@ -106,3 +106,12 @@ def test_empty_corpus_is_refused_and_leaves_no_store(tmp_path: Path) -> None:
         tokenize_corpus(load_config(None, tiny_overrides(root)), quiet=True)
     assert not (root / "tokens").exists()
     assert not list(root.glob(".tokens.tmp-*"))
+
+
+def test_an_existing_tokenizer_is_reused_instead_of_trained(tiny_data: Path, tmp_path: Path) -> None:
+    root = _copy_data(tiny_data, tmp_path)
+    cfg = load_config(None, tiny_overrides(root, **{"tokenizer.pretrained": str(tiny_data / "tokenizer")}))
+    store = tokenize_corpus(cfg, quiet=True)
+    reused = load_tokenizer(root / "tokenizer")
+    assert tokenizer_fingerprint(reused) == tokenizer_fingerprint(load_tokenizer(tiny_data / "tokenizer"))
+    assert TokenStore(store, "train").tokenizer_fingerprint == tokenizer_fingerprint(reused)
