@@ -212,6 +212,11 @@ def load_tokenizer(name_or_folder: Union[str, Path]) -> transformers.PreTrainedT
         raise UserError("tokenizer", f"tokenizer {name} is not a fast (Rust) tokenizer; use one with a tokenizer.json")
     if tokenizer.mask_token is None:
         raise UserError("tokenizer", f"tokenizer {name} has no mask token, which MLM needs; use a BERT-style tokenizer")
+    # Some published tokenizer.json files switch on truncation (512) and batch padding. transformers resets both on
+    # every call, but the token store and the live loader call the Rust backend directly, where they would cut long
+    # documents and put [PAD] runs into the token stream.
+    tokenizer.backend_tokenizer.no_truncation()
+    tokenizer.backend_tokenizer.no_padding()
     return tokenizer
 
 
