@@ -7,13 +7,17 @@ rank 0 of 1 and never touches torch.distributed. No module-level state: callers 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Optional, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from mlmtrain.errors import UserError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,22 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     return torch.device(name)
 
 
-def init_distributed(device_name: str = "auto", timeout_s: float = 600.0) -> DistContext:
+def _collective_timeout_s() -> float:
+    """How long a rank waits in a collective for the others before it gives up (MLMTRAIN_DIST_TIMEOUT, seconds).
+
+    Generous by default: while rank 0 tokenizes, evaluates or writes a checkpoint the others wait in a collective.
+    """
+    value = os.environ.get("MLMTRAIN_DIST_TIMEOUT", "1800")
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise UserError("environment", f"MLMTRAIN_DIST_TIMEOUT must be a number of seconds > 0 (got {value!r})")
+    return seconds
+
+
+def init_distributed(device_name: str = "auto") -> DistContext:
     """Join the torchrun job if there is one (NCCL on CUDA, gloo on CPU); else a single-process context."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -57,7 +76,7 @@ def init_distributed(device_name: str = "auto", timeout_s: float = 600.0) -> Dis
         if device.type == "cuda":
             torch.cuda.set_device(device)  # pin before NCCL init so each rank owns its own GPU
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=_collective_timeout_s()))
     return DistContext(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
 
 
@@ -65,11 +84,6 @@ def teardown(ctx: DistContext) -> None:
     """Leave the process group; safe to call twice and after errors."""
     if ctx.distributed and dist.is_initialized():
         dist.destroy_process_group()
-
-
-def barrier(ctx: DistContext) -> None:
-    if ctx.distributed:
-        dist.barrier()
 
 
 def all_reduce_sum(ctx: DistContext, values: torch.Tensor) -> torch.Tensor:
@@ -88,3 +102,29 @@ def broadcast_object(ctx: DistContext, value: object) -> object:
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def on_main(ctx: DistContext, action: Callable[[], T]) -> Optional[T]:
+    """Run `action` on rank 0 while the other ranks wait; returns its result on rank 0, None elsewhere.
+
+    If it fails, every rank raises (rank 0 its own error, the others a UserError with the same message), so no
+    rank is left waiting in a collective for a rank that has quit: the decision is shared, not just the work.
+    """
+    result: Optional[T] = None
+    failure: Optional[Exception] = None
+    if ctx.is_main:
+        try:
+            result = action()
+        except Exception as error:
+            failure = error
+    shared = None
+    if isinstance(failure, UserError):
+        shared = (failure.topic, failure.message)
+    elif failure is not None:  # a bug: rank 0 shows its traceback, the others point to it
+        shared = ("distributed", f"rank 0 stopped with {type(failure).__name__}: {failure} (see its traceback)")
+    verdict = broadcast_object(ctx, shared)  # also the barrier: nobody goes on before rank 0 is done
+    if failure is not None:
+        raise failure
+    if verdict is not None:
+        raise UserError(*verdict)
+    return result

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from mlmtrain import checkpoint as ckpt
 from mlmtrain.config import Config, save_config
 from mlmtrain.data import LiveMicroBatches, MicroBatches, StoreBlocks, batch_layout, evaluation_blocks, make_loader
-from mlmtrain.distributed import DistContext, all_reduce_sum, barrier, init_distributed, teardown
+from mlmtrain.distributed import DistContext, all_reduce_sum, init_distributed, on_main, teardown
 from mlmtrain.errors import UserError
 from mlmtrain.evaluate import evaluate_blocks
 from mlmtrain.masking import MaskingCollator, VocabInfo
@@ -118,17 +118,15 @@ def _claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool) -> Non
         )
 
 
-def _ensure_data(cfg: Config, ctx: DistContext) -> None:
+def _ensure_data(cfg: Config) -> None:
     """Tokenize first when the store is missing or stale, so one command does the whole job (rank 0 only)."""
-    if ctx.is_main:
-        if cfg.data.use_store:
-            tokenize_corpus(cfg)
-        else:
-            from mlmtrain.corpus import corpus_splits
-            from mlmtrain.tokens import prepare_tokenizer
+    if cfg.data.use_store:
+        tokenize_corpus(cfg)
+    else:
+        from mlmtrain.corpus import corpus_splits
+        from mlmtrain.tokens import prepare_tokenizer
 
-            prepare_tokenizer(cfg, corpus_splits(cfg.data)[0])
-    barrier(ctx)
+        prepare_tokenizer(cfg, corpus_splits(cfg.data)[0])
 
 
 def _rng_state() -> dict[str, Any]:
@@ -177,7 +175,7 @@ def _load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: 
     if saved_fingerprint != fingerprint:
         raise UserError(
             "checkpoint",
-            f"{folder} was trained with another tokenizer than {folder.parent.parent}; "
+            f"{folder} was trained with another tokenizer than {cfg.tokenizer_dir} (tokenizer.path); "
             "resume with the tokenizer of that run, or start afresh with --overwrite",
         )
     try:
@@ -203,11 +201,17 @@ def _load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: 
 
 def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: bool) -> Path:
     run_dir = Path(cfg.train.run_dir)
-    lock = RunLock(run_dir) if ctx.is_main else None
+    if resume is not None and overwrite:
+        raise UserError(
+            "argument", "--resume and --overwrite contradict each other (--overwrite deletes the run); drop one"
+        )
+    if resume not in (None, "auto"):
+        ckpt.resolve_resume(run_dir, resume)  # a mistyped folder fails now, not after tokenizing
+    # Rank 0 alone locks, checks and tokenizes; on_main shares its verdict, so a refusal stops every rank at once.
+    lock = on_main(ctx, lambda: RunLock(run_dir))
     try:
-        if ctx.is_main:
-            _claim_run_dir(run_dir, resume, overwrite)
-        _ensure_data(cfg, ctx)
+        on_main(ctx, lambda: _claim_run_dir(run_dir, resume, overwrite))
+        on_main(ctx, lambda: _ensure_data(cfg))
         resume_from = ckpt.resolve_resume(run_dir, resume) if resume else None
         if ctx.is_main and resume == "auto" and resume_from is None:
             say(f"no checkpoint in {run_dir}; starting a new run")
@@ -234,6 +238,9 @@ def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Pat
         saved = ckpt.load_training_state(resume_from)
         mlm = _load_resume_model(resume_from, cfg, len(tokenizer), fingerprint)
         state = TrainState(**saved["train_state"])
+        # micro_batches counts this rank's micro-batches; another world size or micro-batch takes the same global
+        # batches in other bites, so carry the position over in whole global batches.
+        state.micro_batches = state.micro_batches // saved.get("accum_steps", layout.accum_steps) * layout.accum_steps
     else:
         torch.manual_seed(cfg.train.seed)  # identical initial weights on every rank
         mlm = build_model(cfg.model, vocab_size=len(tokenizer), pad_id=vocab.pad_id)
@@ -294,10 +301,15 @@ def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Pat
             f"(micro-batch {layout.micro_batch_size}, accumulation {layout.accum_steps})"
             + (f", resuming from {resume_from} at step {state.step}" if resume_from else "")
         )
+        if saved and saved.get("world_size", 1) != ctx.world_size:
+            say(
+                f"note: the checkpoint was written by {saved.get('world_size', 1)} process(es); the data order "
+                "carries over, dropout draws (and a live stream's shards) differ from an uninterrupted run"
+            )
     batches = iter(loader)  # starting a DataLoader draws from the global RNG: seed or restore it afterwards
-    if saved:
-        _set_rng_state(saved["rng"][ctx.rank] if ctx.rank < len(saved["rng"]) else saved["rng"][0])
-    else:
+    if saved and ctx.rank < len(saved["rng"]):
+        _set_rng_state(saved["rng"][ctx.rank])  # each rank its own: dropout continues as if never stopped
+    else:  # a fresh run, or a rank the saved run did not have
         torch.manual_seed(cfg.train.seed + ctx.rank)  # dropout differs across ranks, reproducibly
     loop = Loop(
         cfg, ctx, run_dir, mlm, model, optimizer, scaler, autocast_dtype, tokenizer, vocab, layout, state, eval_set
@@ -540,7 +552,7 @@ class Loop:
         return result.loss
 
     def save(self, eval_loss: Optional[float]) -> Optional[Path]:
-        """Checkpoint on rank 0 (every rank's RNG state included), then a barrier so no rank reads ahead."""
+        """Checkpoint on rank 0 (every rank's RNG state included) while the others wait, so no rank reads ahead."""
         ctx, state = self.ctx, self.state
         if not all(bool(torch.isfinite(p).all()) for p in self.mlm.parameters()):
             # weights are identical on every rank under DDP, so all ranks stop here together
@@ -550,8 +562,8 @@ class Loop:
                 "(the last good one stays); lower optim.lr or keep optim.grad_clip > 0",
             )
         rng = _gather(ctx, _rng_state())
-        folder = None
-        if ctx.is_main:
+
+        def write() -> Path:
             if eval_loss is not None and eval_loss < state.best_eval_loss:
                 state.best_eval_loss, state.best_step = eval_loss, state.step
             training_state = {
@@ -560,6 +572,7 @@ class Loop:
                 "train_state": vars(state).copy(),
                 "rng": rng,
                 "world_size": ctx.world_size,
+                "accum_steps": self.layout.accum_steps,  # with micro_batches: the data position in global batches
             }
             folder = ckpt.save_checkpoint(
                 self.run_dir,
@@ -572,15 +585,17 @@ class Loop:
             )
             best = self.run_dir / "checkpoints" / f"step-{state.best_step}" if self.cfg.checkpoint.keep_best else None
             ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, keep=best)
-        barrier(ctx)
-        return folder
+            return folder
+
+        return on_main(ctx, write)  # a failed write (disk full) stops every rank, not only rank 0
 
     def farewell(self, last_saved: Optional[Path], stopped: bool) -> None:
         latest = self.run_dir / "checkpoints" / "latest"
         if stopped:
+            launcher = "torchrun <same options> -m " if self.ctx.distributed else ""
             say(
                 f"stopped at step {self.state.step}; checkpoint {last_saved}. Resume with: "
-                f"mlmtrain pretrain --config <your config> --resume (same --set options)"
+                f"{launcher}mlmtrain pretrain --config <your config> --resume (same --set options)"
             )
             return
         say(
