@@ -1,0 +1,982 @@
+"""mlmtrain's speed claims, measured in one run: against the Hugging Face recipe, against the bare-step limit,
+in time to a target perplexity, and in how cost grows with sequence length and model size.
+
+    python scripts/benchmark.py                                   # every section: mini, seq 128, batch 32
+    python scripts/benchmark.py --quick                           # a smoke test: tiny sizes, a minute or two
+    python scripts/benchmark.py --sections throughput,limit --size base --batch 256 --precision bf16
+
+1. throughput: steady-state training tokens/s of `mlmtrain pretrain` against `transformers.Trainer` +
+   `DataCollatorForLanguageModeling` + `BertForMaskedLM` on text grouped into blocks as run_mlm.py does it.
+2. limit: tokens/s of a bare forward + backward + clip + AdamW step of the same model (sparse head) on batches
+   already in memory; ours / limit is what the loop and the data path leave of it.
+3. quality: training seconds (evaluation excluded) each side needs to reach a target validation perplexity, from
+   the same initial weights, each with its default recipe, scored by one evaluator (`evaluate_blocks`, fixed masks).
+4. growth: tokens/s and peak memory of the bare step for several seq_len and model sizes.
+
+Every contestant runs in a process of its own (its own allocator and peak memory) and is timed the same way: wall
+time from the end of warm-up step k to the end of the last step n, tokens/s = (tokens_n - tokens_k) / (t_n - t_k).
+Rounds interleave the contestants, rotating who goes first, so slow drift of the machine hits all alike.
+Results: results/benchmark-<time>.json and .md; docs/benchmarks.md says what each number means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import itertools
+import json
+import math
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from transformers import TrainerCallback
+
+from mlmtrain.config import Config, DataConfig, load_config
+from mlmtrain.data import MicroBatches, StoreBlocks, batch_layout, evaluation_blocks
+from mlmtrain.errors import UserError
+from mlmtrain.evaluate import evaluate_blocks
+from mlmtrain.masking import MaskingCollator, VocabInfo
+from mlmtrain.model import MaskedLM, build_model, flops_per_token
+from mlmtrain.optim import build_optimizer
+from mlmtrain.progress import say
+from mlmtrain.tokenizer import load_tokenizer
+from mlmtrain.tokens import TokenStore, tokenize_corpus
+
+REPO = Path(__file__).resolve().parent.parent
+WIKI = REPO.parent / "shared" / "corpora" / "wikipedia-vital-summaries"
+SECTIONS = ("throughput", "limit", "quality", "growth")
+H200_DENSE_BF16_TFLOPS = 989.0
+HF_MLM_PROBABILITY = 0.15  # what run_mlm.py hands DataCollatorForLanguageModeling
+AUTOCAST = {"fp32": None, "bf16": torch.bfloat16}
+LABELS = {"ours": "mlmtrain pretrain", "hf": "HF Trainer recipe", "bare": "bare step (limit)"}
+
+# Issue 7's targets. CPU: 2 cores, fp32, mini; GPU: H200, bf16, base. Other settings print them for orientation.
+TARGETS = {
+    "cpu": {"throughput_ratio": 3.0, "limit_share": 0.95, "time_ratio": 1 / 3, "same_step_ppl_ratio": 1.0},
+    "cuda": {
+        "throughput_ratio": 2.0,
+        "limit_share": 0.95,
+        "time_ratio": 1 / 3,
+        "same_step_ppl_ratio": 1.0,
+        "mfu": 0.40,
+    },
+}
+
+# Option defaults: the issue's measurement, and --quick, which runs every code path on tiny sizes.
+DEFAULTS = {
+    "size": "mini",
+    "seq_len": 128,
+    "batch": 32,
+    "steps": 50,
+    "warmup_steps": 10,
+    "growth_steps": 20,
+    "rounds": 3,
+    "quality_budget": 300.0,
+    "eval_every": 50,
+    "eval_blocks": 128,
+    "vocab_size": 30522,
+}
+QUICK = {
+    "size": "tiny",
+    "seq_len": 32,
+    "batch": 8,
+    "steps": 8,
+    "warmup_steps": 3,
+    "growth_steps": 6,
+    "rounds": 2,
+    "quality_budget": 10.0,
+    "eval_every": 5,
+    "eval_blocks": 16,
+    "vocab_size": 2000,
+}
+# Growth: seq_len varies at one size, size varies at one seq_len.
+GROWTH = {"seq_lens": (128, 256, 512), "seq_size": "mini", "sizes": ("tiny", "mini", "small"), "size_seq": 128}
+QUICK_GROWTH = {"seq_lens": (32, 64), "seq_size": "tiny", "sizes": ("tiny", "mini"), "size_seq": 32}
+
+
+class BenchmarkError(Exception):
+    """A benchmark that cannot run or whose contestant failed; main prints it as one line."""
+
+
+# ---------------------------------------------------------------------------------------------
+# What every contestant shares
+
+
+@dataclass
+class Setup:
+    """The resolved options and the data both sides read: one tokenizer and token store, one text file."""
+
+    args: argparse.Namespace
+    device: str
+    precision: str
+    train_text: Path
+    valid_text: Path
+    data_dir: Path  # tokenizer/ and tokens/, built once by `tokenize`
+
+    @property
+    def work_dir(self) -> Path:
+        return Path(self.args.work_dir)
+
+    def config_path(self, size: Optional[str] = None) -> Path:
+        return REPO / "configs" / f"{size or self.args.size}.yaml"
+
+    def run_dir(self, name: str) -> Path:
+        return self.work_dir / "runs" / name
+
+    def overrides(self, run_dir: Path, seq_len: Optional[int] = None, extra: Optional[dict] = None) -> list[str]:
+        """--set options every contestant shares (the HF side reads the same config for sizes and data)."""
+        values: dict[str, Any] = {
+            "data.train": self.train_text,
+            "data.validation": self.valid_text,
+            "tokenizer.path": self.data_dir / "tokenizer",
+            "data.store": self.data_dir / "tokens",
+            "tokenizer.vocab_size": self.args.vocab_size,
+            "data.seq_len": seq_len or self.args.seq_len,
+            "train.batch_size": self.args.batch,
+            "train.precision": self.precision,
+            "train.device": self.device,
+            "train.seed": 0,
+            "train.run_dir": run_dir,
+            "train.progress": False,
+            "train.eval_max_blocks": self.args.eval_blocks,
+            "checkpoint.save_every": 0,  # one checkpoint, after the last step (outside the timed window)
+            "checkpoint.keep_last": 1,
+        }
+        values.update(extra or {})
+        return [f"{key}={_yaml_scalar(value)}" for key, value in values.items()]
+
+    def ours(self, run_dir: Path, seq_len: Optional[int] = None, extra: Optional[dict] = None) -> list[str]:
+        """Our side's overrides: the shared ones, then the pass-through --set options (compile, vocab padding...)."""
+        return self.overrides(run_dir, seq_len, extra) + list(self.args.set)
+
+
+def _yaml_scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def default_valid(train: str) -> Optional[str]:
+    """valid.txt beside a training file, when there is one; else None (hold out a share of the training text)."""
+    sibling = Path(train).parent / "valid.txt"
+    return str(sibling) if Path(train).is_file() and sibling.is_file() else None
+
+
+def text_files(train: str, valid: Optional[str], work_dir: Path) -> tuple[Path, Path]:
+    """Plain text, one document a line, that both sides train on (the HF recipe reads it with load_dataset("text")).
+
+    A .txt training file with a validation source is used as it is; anything else (builtin:python-docs, a
+    held-out share of the training documents, other formats) is written out once under the work dir.
+    """
+    if valid is not None and train.endswith(".txt") and Path(train).is_file():
+        return Path(train).resolve(), Path(valid).resolve()
+    from mlmtrain.corpus import corpus_splits
+
+    train_corpus, valid_corpus = corpus_splits(DataConfig(train=train, validation=valid))
+    folder = work_dir / f"text-{train_corpus.fingerprint()}"
+    if not (folder / "COMPLETE").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, corpus in (("train.txt", train_corpus), ("valid.txt", valid_corpus)):
+            with open(folder / name, "w", encoding="utf-8") as out:
+                out.writelines(" ".join(text.split()) + "\n" for text in corpus)  # one line per document
+        (folder / "COMPLETE").write_text("ok\n")
+    return (folder / "train.txt").resolve(), (folder / "valid.txt").resolve()
+
+
+def prepare(args: argparse.Namespace) -> Setup:
+    """Resolve device and data, then tokenize once: every contestant finds the tokenizer and store up to date."""
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise BenchmarkError(f"--device {device}, but this torch sees no GPU; use --device cpu (or auto)")
+    precision = args.precision or ("bf16" if device.startswith("cuda") else "fp32")
+    work_dir = Path(args.work_dir)
+    train_text, valid_text = text_files(args.train, args.valid, work_dir)
+    digest = hashlib.blake2b(f"{train_text}\n{valid_text}".encode(), digest_size=4).hexdigest()
+    setup = Setup(args, device, precision, train_text, valid_text, work_dir / f"data-v{args.vocab_size}-{digest}")
+    tokenize_corpus(load_config(setup.config_path(), setup.overrides(setup.run_dir("tokenize"))), quiet=True)
+    return setup
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing: one rule for every contestant
+
+
+def steady_tokens_per_s(points: list[tuple[int, float]], warmup_steps: int) -> float:
+    """(tokens_n - tokens_k) / (t_n - t_k) over per-step (cumulative tokens, end time): k = warmup_steps, n = last."""
+    if len(points) <= warmup_steps:
+        raise BenchmarkError(f"only {len(points)} steps were timed; need more than --warmup-steps={warmup_steps}")
+    (tokens_k, time_k), (tokens_n, time_n) = points[warmup_steps - 1], points[-1]
+    return (tokens_n - tokens_k) / max(time_n - time_k, 1e-9)
+
+
+def spread(values: list[float]) -> dict[str, Any]:
+    return {"values": values, "median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def time_to_target(evals: list[dict[str, float]], target: float) -> Optional[float]:
+    """Training seconds at which perplexity first reaches `target`: linear between the evaluations around it."""
+    previous = None
+    for point in evals:
+        if point["eval_ppl"] <= target:
+            if previous is None:  # already there at the first evaluation: its time is an upper bound
+                return point["train_seconds"]
+            t0, p0, t1, p1 = previous["train_seconds"], previous["eval_ppl"], point["train_seconds"], point["eval_ppl"]
+            return t0 + (t1 - t0) * (p0 - target) / (p0 - p1)
+        previous = point
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Workers: the HF recipe and the bare step, each run as `benchmark.py --worker KIND --spec FILE`
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _peak_device_memory(device: torch.device) -> dict[str, float]:
+    """The GPU's peak allocation, for the report (host memory is measured from outside, by run_logged)."""
+    return {"peak_device_mb": torch.cuda.max_memory_allocated(device) / 2**20} if device.type == "cuda" else {}
+
+
+def _eval_set(cfg: Config, tokenizer: Any) -> tuple[StoreBlocks, list[int]]:
+    """The validation blocks training-time evaluation uses (as mlmtrain.train._eval_set cuts them)."""
+    store = TokenStore(cfg.store_dir, "validation")
+    blocks = StoreBlocks(store, cfg.data.seq_len, True, tokenizer.cls_token_id, tokenizer.sep_token_id)
+    return blocks, evaluation_blocks(blocks, cfg.train.eval_max_blocks)
+
+
+class StepClock(TrainerCallback):
+    """Times the HF Trainer as our loop is timed: a stamp at the end of every optimizer step.
+
+    With `evaluate`, it also scores the model every `eval_every` steps and at the end, pausing the clock while it
+    does (the stamps are training seconds), and stops training once `budget` training seconds are spent.
+    """
+
+    def __init__(
+        self,
+        device: torch.device,
+        evaluate: Optional[Callable[[Any], Any]] = None,
+        eval_every: int = 0,
+        budget: Optional[float] = None,
+    ) -> None:
+        self.device, self.evaluate, self.eval_every, self.budget = device, evaluate, eval_every, budget
+        self.ends: list[float] = []
+        self.evals: list[dict[str, float]] = []
+        self.start, self.paused = 0.0, 0.0
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start - self.paused
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.start = time.perf_counter()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        _sync(self.device)  # the step's kernels must be done before it counts as ended (CUDA runs ahead)
+        seconds = self.seconds()
+        self.ends.append(seconds)
+        spent = self.budget is not None and seconds >= self.budget
+        if self.evaluate is not None and (state.global_step % self.eval_every == 0 or spent):
+            self._score(model, state.global_step, seconds)
+        if spent:
+            control.should_training_stop = True
+
+    def on_train_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if self.evaluate is not None and (not self.evals or self.evals[-1]["step"] != state.global_step):
+            self._score(model, state.global_step, self.seconds())  # the recipe ran out of epochs first
+
+    def _score(self, model: Any, step: int, seconds: float) -> None:
+        started = time.perf_counter()
+        result = self.evaluate(model)
+        self.evals.append(
+            {
+                "step": step,
+                "train_seconds": seconds,
+                "eval_loss": result.loss,
+                "eval_ppl": result.perplexity,
+                "eval_seconds": result.seconds,
+            }
+        )
+        self.paused += time.perf_counter() - started
+
+
+def _evaluator(cfg: Config, tokenizer: Any) -> Callable[[Any], Any]:
+    """model -> EvalResult with our evaluator and settings: the blocks, masks, batch and precision `pretrain` uses."""
+    vocab = VocabInfo.from_tokenizer(tokenizer)
+    blocks, indices = _eval_set(cfg, tokenizer)
+    seed, batch_size, autocast_dtype = cfg.masking.eval_seed, cfg.train.batch_size, AUTOCAST[cfg.train.precision]
+
+    def evaluate(mlm: Any) -> Any:
+        device = next(mlm.parameters()).device
+        return evaluate_blocks(mlm, blocks, indices, vocab, cfg.masking, seed, batch_size, device, autocast_dtype)
+
+    return evaluate
+
+
+def run_mlm_blocks(tokenizer: Any, text_file: str, seq_len: int, cache_dir: str) -> Any:
+    """The training set as run_mlm.py builds it (no --line_by_line): every line tokenized with [CLS] … [SEP] and
+    its special-tokens mask, all concatenated and cut into blocks of seq_len (the remainder dropped)."""
+    from datasets import load_dataset
+
+    raw = load_dataset("text", data_files={"train": text_file}, cache_dir=cache_dir)["train"]
+
+    def tokenize(examples: dict[str, list]) -> Any:
+        return tokenizer(examples["text"], return_special_tokens_mask=True)
+
+    def group_texts(examples: dict[str, list]) -> dict[str, list]:
+        joined = {key: list(itertools.chain(*examples[key])) for key in examples}
+        total = len(joined["input_ids"]) // seq_len * seq_len
+        return {key: [ids[i : i + seq_len] for i in range(0, total, seq_len)] for key, ids in joined.items()}
+
+    tokenized = raw.map(tokenize, batched=True, remove_columns=["text"])
+    return tokenized.map(group_texts, batched=True)
+
+
+def recipe_arguments(cfg: Config, spec: dict[str, Any]) -> dict[str, Any]:
+    """TrainingArguments as a run_mlm.py user passes them: only batch, precision and output are set, plus (for the
+    throughput run) max_steps. Logging stays at its default (every 500 steps): the timing callback needs none, and
+    logging every step would charge the recipe a host sync per step. No checkpoints, no reporting."""
+    arguments = {
+        "output_dir": spec["run_dir"],
+        "per_device_train_batch_size": cfg.train.batch_size,
+        "save_strategy": "no",
+        "report_to": "none",
+        "disable_tqdm": True,
+        "use_cpu": cfg.train.device == "cpu",
+        "bf16": cfg.train.precision == "bf16",
+    }
+    if spec["mode"] == "throughput":
+        arguments.update(max_steps=spec["steps"])
+    return arguments  # quality: defaults (lr 5e-5, linear decay over 3 epochs, no warm-up, no weight decay)
+
+
+def hf_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """The HF recipe: Trainer + DataCollatorForLanguageModeling + BertForMaskedLM (dense head, as HF runs it)."""
+    from transformers import AutoTokenizer, DataCollatorForLanguageModeling, Trainer, TrainingArguments
+
+    cfg = load_config(spec["config"], spec["overrides"])
+    device = torch.device(cfg.train.device)
+    tokenizer = AutoTokenizer.from_pretrained(str(cfg.tokenizer_dir))
+    dataset = run_mlm_blocks(tokenizer, spec["train_text"], cfg.data.seq_len, spec["hf_cache"])
+    torch.manual_seed(cfg.train.seed)  # the same initial weights as ours: same seed, same build_model
+    model = build_model(cfg.model, vocab_size=len(tokenizer), pad_id=tokenizer.pad_token_id)
+
+    evaluate = _evaluator(cfg, tokenizer) if spec["mode"] == "quality" else None
+    clock = StepClock(device, evaluate, spec.get("eval_every", 0), spec.get("budget"))
+    trainer = Trainer(
+        model=model,
+        args=TrainingArguments(**recipe_arguments(cfg, spec)),
+        train_dataset=dataset,
+        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=HF_MLM_PROBABILITY),
+        callbacks=[clock],
+    )
+    trainer.train()
+    tokens_per_step = cfg.train.batch_size * cfg.data.seq_len  # grouped blocks are full: no padding to count
+    return {
+        "points": [((i + 1) * tokens_per_step, t) for i, t in enumerate(clock.ends)],
+        "evals": clock.evals,
+        "steps": len(clock.ends),
+        **_peak_device_memory(device),
+    }
+
+
+def _batches_in_memory(cfg: Config, tokenizer: Any, vocab: VocabInfo, device: torch.device, count: int) -> list:
+    """`count` micro-batches masked by our collator, on the device, each with its selected-token count."""
+    blocks = StoreBlocks(
+        TokenStore(cfg.store_dir, "train"), cfg.data.seq_len, True, tokenizer.cls_token_id, tokenizer.sep_token_id
+    )
+    stream = MicroBatches(
+        blocks, MaskingCollator(vocab, cfg.masking, cfg.train.seed), batch_layout(cfg.train.batch_size, None, 1, 0), 0
+    )
+    out = []
+    for index in range(count):
+        batch = stream.batch(index)
+        selected = float((batch["labels"] != -100).sum())
+        out.append(({key: value.to(device) for key, value in batch.items()}, selected))
+    return out
+
+
+def bare_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """The limit: forward (sparse head) + backward + clip + AdamW, the model and optimizer `pretrain` builds, on
+    batches already on the device; no data loading, no logging, no per-step host sync of our own."""
+    cfg = load_config(spec["config"], spec["overrides"])
+    device = torch.device(cfg.train.device)
+    tokenizer = load_tokenizer(cfg.tokenizer_dir)
+    vocab = VocabInfo.from_tokenizer(tokenizer)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # as the loop sets it
+        torch.backends.cudnn.allow_tf32 = True
+    torch.manual_seed(cfg.train.seed)
+    mlm = build_model(cfg.model, vocab_size=len(tokenizer), pad_id=vocab.pad_id).to(device).train()
+    model: torch.nn.Module = MaskedLM(mlm, sparse_head=cfg.model.sparse_head)
+    if cfg.train.compile:
+        model = torch.compile(model)
+    optimizer = build_optimizer(mlm, cfg.optim, device)
+    batches = _batches_in_memory(cfg, tokenizer, vocab, device, count=min(spec["steps"], 8))
+    autocast_dtype = AUTOCAST[cfg.train.precision]
+    clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+    tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
+    # Only the two stamps the rate uses need finished kernels; syncing every step would cost the limit a little.
+    synced_steps = {spec["warmup_steps"], spec["steps"]}
+
+    points = []
+    start = time.perf_counter()
+    for step in range(1, spec["steps"] + 1):
+        batch, selected = batches[step % len(batches)]
+        with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext():
+            nll = model(**batch)
+        (nll / selected).backward()
+        torch.nn.utils.clip_grad_norm_(mlm.parameters(), clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step in synced_steps:
+            _sync(device)
+        points.append((step * tokens_per_step, time.perf_counter() - start))
+    return {"points": points, "parameters": sum(p.numel() for p in mlm.parameters()), **_peak_device_memory(device)}
+
+
+WORKERS = {"hf": hf_worker, "bare": bare_worker}
+
+
+# ---------------------------------------------------------------------------------------------
+# Running contestants as subprocesses
+
+
+def _child_env() -> dict[str, str]:
+    """The children import mlmtrain from this checkout even where it is not installed (the GPU machine)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run_logged(command: list[str], run_dir: Path) -> float:
+    """Run `command` with its output in run_dir/benchmark.log; returns its peak RSS in MiB (its process tree's)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / "benchmark.log"
+    with open(log, "w", encoding="utf-8") as out:
+        out.write("$ " + shlex.join(command) + "\n")
+        out.flush()
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=_child_env())
+        # wait4, not wait: its rusage is this child's own (RUSAGE_CHILDREN would be the max over all children so far)
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:])
+        raise BenchmarkError(f"{command[1:4]} failed with exit code {process.returncode}; {log} ends:\n{tail}")
+    return usage.ru_maxrss / 1024
+
+
+def run_worker(kind: str, spec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec = dict(spec, run_dir=str(run_dir))
+    (run_dir / "spec.json").write_text(json.dumps(spec, indent=1))
+    rss = run_logged([sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--spec", str(run_dir)], run_dir)
+    return dict(json.loads((run_dir / "result.json").read_text()), process_peak_rss_mb=rss)
+
+
+def read_metrics(path: Path) -> tuple[list[dict], list[dict]]:
+    """(train lines, eval lines) of a metrics.jsonl."""
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [m for m in lines if "loss" in m], [m for m in lines if "eval_ppl" in m]
+
+
+def run_ours(setup: Setup, run_dir: Path, overrides: list[str]) -> dict[str, Any]:
+    """`python -m mlmtrain pretrain`, as a user runs it; its per-step points and evaluations come from metrics.jsonl."""
+    command = [sys.executable, "-m", "mlmtrain", "pretrain", "--config", str(setup.config_path()), "--overwrite"]
+    command += [arg for override in overrides for arg in ("--set", override)]
+    rss = run_logged(command, run_dir)
+    train, evals = read_metrics(run_dir / "metrics.jsonl")
+    return {
+        "points": [(m["tokens"], m["elapsed_s"]) for m in train],
+        "evals": _training_clock(train, evals),
+        "steps": train[-1]["step"] if train else 0,
+        "process_peak_rss_mb": rss,
+        "command": shlex.join(command),
+    }
+
+
+def _training_clock(train: list[dict], evals: list[dict]) -> list[dict[str, float]]:
+    """Evaluations on the training clock: elapsed_s of the step evaluated, minus the evaluations before it.
+
+    elapsed_s counts evaluation time; eval lines carry `eval_seconds` (0 if an older mlmtrain lacks it). Needs a
+    train line at every evaluated step (log_every 1).
+    """
+    elapsed = {m["step"]: m["elapsed_s"] for m in train}
+    out, paused = [], 0.0
+    for m in evals:
+        out.append(
+            {
+                "step": m["step"],
+                "train_seconds": elapsed[m["step"]] - paused,
+                "eval_loss": m["eval_loss"],
+                "eval_ppl": m["eval_ppl"],
+                "eval_seconds": m.get("eval_seconds", 0.0),
+            }
+        )
+        paused += m.get("eval_seconds", 0.0)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections
+
+
+def _contestants(sections: set[str]) -> list[str]:
+    """Who runs in the timed rounds: ours whenever there is a ratio to make, the peer and the limit on request."""
+    names = ["ours"]
+    if "throughput" in sections:
+        names.append("hf")
+    if "limit" in sections:
+        names.append("bare")
+    return names
+
+
+def _throughput_run(setup: Setup, name: str, round_number: int) -> dict[str, Any]:
+    """One timed run of one contestant: eval off, a step's metrics every step, a checkpoint only at the end."""
+    a = setup.args
+    run_dir = setup.run_dir(f"throughput-{name}-r{round_number}")
+    if name == "ours":
+        overrides = setup.ours(run_dir, extra={"train.max_steps": a.steps, "train.log_every": 1, "train.eval_every": 0})
+        return run_ours(setup, run_dir, overrides)
+    spec = {"config": str(setup.config_path()), "steps": a.steps, "warmup_steps": a.warmup_steps}
+    if name == "hf":
+        spec.update(mode="throughput", train_text=str(setup.train_text), hf_cache=str(setup.work_dir / "hf-datasets"))
+        return run_worker("hf", dict(spec, overrides=setup.overrides(run_dir)), run_dir)
+    return run_worker("bare", dict(spec, overrides=setup.ours(run_dir)), run_dir)
+
+
+def measure_rounds(setup: Setup, sections: set[str]) -> dict[str, Any]:
+    """Sections 1 and 2: the contestants interleaved round after round, who goes first rotating each round."""
+    a = setup.args
+    names = _contestants(sections)
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for round_number in range(1, a.rounds + 1):
+        shift = (round_number - 1) % len(names)
+        for name in names[shift:] + names[:shift]:
+            say(f"benchmark: round {round_number}/{a.rounds}: {LABELS[name]}")
+            runs[name].append(_throughput_run(setup, name, round_number))
+    out: dict[str, Any] = {}
+    for name in names:
+        out[name] = dict(
+            spread([steady_tokens_per_s(run["points"], a.warmup_steps) for run in runs[name]]),
+            peak_rss_mb=max(run["process_peak_rss_mb"] for run in runs[name]),
+            # the workers report the GPU's peak; `pretrain` does not tell its own
+            peak_device_mb=_max_or_none([run.get("peak_device_mb") for run in runs[name]]),
+        )
+    out["ours"]["command"] = runs["ours"][0]["command"]
+    if "hf" in out:
+        out["ratio"] = out["ours"]["median"] / out["hf"]["median"]
+    if "bare" in out:
+        out["ours_over_limit"] = out["ours"]["median"] / out["bare"]["median"]
+    out["mfu"] = model_flops_utilisation(setup, out)
+    return out
+
+
+def _max_or_none(values: list[Optional[float]]) -> Optional[float]:
+    known = [value for value in values if value is not None]
+    return max(known) if known else None
+
+
+def model_flops_utilisation(setup: Setup, rounds: dict[str, Any]) -> dict[str, Any]:
+    """MFU = flops_per_token(sparse head) x tokens/s / peak FLOP/s, for every contestant measured."""
+    cfg = load_config(setup.config_path(), setup.ours(setup.run_dir("flops")))
+    vocab_size = len(load_tokenizer(cfg.tokenizer_dir))
+    flops = flops_per_token(cfg.model, vocab_size, cfg.data.seq_len, cfg.masking.mlm_probability, sparse_head=True)
+    peak = setup.args.peak_tflops * 1e12
+    out: dict[str, Any] = {
+        "formula": f"flops_per_token(sparse head) x tokens/s / ({setup.args.peak_tflops:g} TFLOP/s)",
+        "flops_per_token": flops,
+        "peak_tflops": setup.args.peak_tflops,
+    }
+    for name in ("ours", "hf", "bare"):
+        if name in rounds:
+            out[name] = flops * rounds[name]["median"] / peak
+    return out
+
+
+def section_quality(setup: Setup) -> dict[str, Any]:
+    """Section 3: both sides for --quality-budget training seconds, evaluated every --eval-every steps."""
+    a = setup.args
+    say(f"benchmark: quality: mlmtrain pretrain for {a.quality_budget:g} s")
+    run_dir = setup.run_dir("quality-ours")
+    # train.max_time counts evaluation too, so ours trains a little less than the budget: conservative for ours.
+    budget = {
+        "train.max_steps": None,
+        "train.max_time": a.quality_budget,
+        "train.log_every": 1,
+        "train.eval_every": a.eval_every,
+    }
+    ours = run_ours(setup, run_dir, setup.ours(run_dir, extra=budget))
+    say(f"benchmark: quality: the HF recipe for {a.quality_budget:g} s")
+    run_dir = setup.run_dir("quality-hf")
+    spec = {
+        "config": str(setup.config_path()),
+        "overrides": setup.overrides(run_dir),
+        "mode": "quality",
+        "budget": a.quality_budget,
+        "eval_every": a.eval_every,
+        "train_text": str(setup.train_text),
+        "hf_cache": str(setup.work_dir / "hf-datasets"),
+    }
+    hf = run_worker("hf", spec, run_dir)
+    if not ours["evals"] or not hf["evals"]:
+        raise BenchmarkError("quality: a side logged no evaluation; raise --quality-budget or lower --eval-every")
+    target = a.target_ppl or min(point["eval_ppl"] for point in hf["evals"])
+    sides = {
+        name: {"steps": run["steps"], "evals": run["evals"], "seconds_to_target": time_to_target(run["evals"], target)}
+        for name, run in (("ours", ours), ("hf", hf))
+    }
+    seconds_ours, seconds_hf = sides["ours"]["seconds_to_target"], sides["hf"]["seconds_to_target"]
+    return {
+        "budget_s": a.quality_budget,
+        "eval_every": a.eval_every,
+        "eval_blocks": a.eval_blocks,
+        "target_ppl": target,
+        "target_from": "--target-ppl" if a.target_ppl else "the HF recipe's lowest perplexity within its budget",
+        **sides,
+        "time_ratio": seconds_ours / seconds_hf if seconds_ours is not None and seconds_hf else None,
+        "same_step": _same_step(ours["evals"], hf["evals"]),
+    }
+
+
+def _same_step(ours: list[dict], hf: list[dict]) -> Optional[dict[str, Any]]:
+    """Perplexity of both at the last step both evaluated (issue 4: after the same number of steps)."""
+    hf_by_step = {point["step"]: point["eval_ppl"] for point in hf}
+    common = [point for point in ours if point["step"] in hf_by_step]
+    if not common:
+        return None
+    last = common[-1]
+    return {"step": last["step"], "ours_ppl": last["eval_ppl"], "hf_ppl": hf_by_step[last["step"]]}
+
+
+def growth_cells(quick: bool) -> list[tuple[str, int]]:
+    grid = QUICK_GROWTH if quick else GROWTH
+    cells = [(grid["seq_size"], seq_len) for seq_len in grid["seq_lens"]]
+    cells += [(size, grid["size_seq"]) for size in grid["sizes"]]
+    return list(dict.fromkeys(cells))  # the cell the two lines share runs once
+
+
+def section_growth(setup: Setup) -> dict[str, Any]:
+    """Section 4: the bare step's tokens/s and peak memory per (size, seq_len), one process each."""
+    a = setup.args
+    # the bare step has no loader to start: a few warm-up steps do (and seq 512 steps are long on a CPU)
+    warmup_steps = min(a.warmup_steps, a.growth_steps // 2)
+    rows = []
+    for size, seq_len in growth_cells(a.quick):
+        say(f"benchmark: growth: bare step, {size}, seq_len {seq_len}")
+        run_dir = setup.run_dir(f"growth-{size}-{seq_len}")
+        spec = {"config": str(setup.config_path(size)), "steps": a.growth_steps, "warmup_steps": warmup_steps}
+        run = run_worker("bare", dict(spec, overrides=setup.ours(run_dir, seq_len=seq_len)), run_dir)
+        rows.append(
+            {
+                "size": size,
+                "seq_len": seq_len,
+                "parameters": run["parameters"],
+                "tokens_per_s": steady_tokens_per_s(run["points"], warmup_steps),
+                "peak_device_mb": run.get("peak_device_mb"),
+                "peak_rss_mb": run["process_peak_rss_mb"],
+            }
+        )
+    return {"batch": a.batch, "steps": a.growth_steps, "warmup_steps": warmup_steps, "rows": rows}
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdicts and reports
+
+
+@dataclass
+class Verdict:
+    figure: str
+    value: Optional[float]
+    comparison: str  # ">=" or "<="
+    target: float
+
+    @property
+    def passed(self) -> bool:
+        if self.value is None or math.isnan(self.value):
+            return False
+        return self.value >= self.target if self.comparison == ">=" else self.value <= self.target
+
+    def row(self) -> list[str]:
+        value = "not reached" if self.value is None else f"{self.value:.3f}"
+        return [self.figure, value, f"{self.comparison} {self.target:.3g}", "PASS" if self.passed else "FAIL"]
+
+
+def verdicts(results: dict[str, Any], device_type: str) -> list[Verdict]:
+    targets = TARGETS[device_type]
+    out = []
+    rounds = results.get("rounds", {})
+    if "ratio" in rounds:
+        out.append(Verdict("throughput: ours / HF recipe", rounds["ratio"], ">=", targets["throughput_ratio"]))
+        if "mfu" in targets:
+            out.append(Verdict("MFU of ours", rounds["mfu"]["ours"], ">=", targets["mfu"]))
+    if "ours_over_limit" in rounds:
+        out.append(Verdict("ours / bare-step limit", rounds["ours_over_limit"], ">=", targets["limit_share"]))
+    quality = results.get("quality")
+    if quality:
+        out.append(Verdict("time to target ppl: ours / HF", quality["time_ratio"], "<=", targets["time_ratio"]))
+        same = quality["same_step"]
+        ratio = same["ours_ppl"] / same["hf_ppl"] if same else None
+        out.append(Verdict("ppl at the same step: ours / HF", ratio, "<=", targets["same_step_ppl_ratio"]))
+    return out
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _number(value: Optional[float], digits: int = 0) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def _percent(share: float) -> str:
+    """3 significant digits: a CPU's MFU against a GPU's peak is tiny but still tells sizes apart."""
+    return f"{100 * share:.3g}%"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The report as Markdown tables (also what docs/benchmarks.md shows)."""
+    s, m = results["settings"], results["machine"]
+    lines = [
+        f"# mlmtrain benchmark, {results['created']}",
+        "",
+        f"- command: `{results['command']}`",
+        f"- machine: {m['cpu']} ({m['cpu_count']} cores, {m['torch_threads']} torch threads)"
+        + (f", {m['gpu']}" if m.get("gpu") else "")
+        + f"; torch {m['versions']['torch']}, transformers {m['versions']['transformers']}",
+        f"- settings: {s['size']}, seq_len {s['seq_len']}, batch {s['batch']}, {s['precision']} on {s['device']}, "
+        f"{s['steps']} steps ({s['warmup_steps']} warm-up), {s['rounds']} rounds, vocab {s['vocab_size']}, "
+        f"data {s['train_text']}" + (f", our --set {' '.join(s['set'])}" if s["set"] else ""),
+        "",
+    ]
+    rounds = results.get("rounds")
+    if rounds:
+        rows = [
+            [
+                LABELS[name],
+                _number(rounds[name]["median"]),
+                f"{_number(rounds[name]['min'])}–{_number(rounds[name]['max'])}",
+                _number(rounds[name]["peak_rss_mb"]),
+                _number(rounds[name]["peak_device_mb"]),
+                _percent(rounds["mfu"][name]),
+            ]
+            for name in ("ours", "hf", "bare")
+            if name in rounds
+        ]
+        lines += ["## Throughput (tokens/s, steady state)", ""]
+        lines += _table(["contestant", "median", "min–max", "peak RSS MiB", "peak device MiB", "MFU"], rows)
+        lines += ["", f"MFU = {rounds['mfu']['formula']}; flops_per_token = {rounds['mfu']['flops_per_token']:.4g}", ""]
+    quality = results.get("quality")
+    if quality:
+        rows = []
+        for name in ("ours", "hf"):
+            side = quality[name]
+            last = side["evals"][-1]
+            rows.append(
+                [
+                    LABELS[name],
+                    str(side["steps"]),
+                    f"{last['train_seconds']:.0f}",
+                    f"{last['eval_ppl']:.2f}",
+                    _number(side["seconds_to_target"], 1),
+                ]
+            )
+        lines += [f"## Time to quality (target ppl {quality['target_ppl']:.2f}: {quality['target_from']})", ""]
+        lines += _table(["side", "steps", "train s", "final ppl", "train s to target"], rows)
+        same = quality["same_step"]
+        if same:
+            lines += ["", f"At step {same['step']}: ours ppl {same['ours_ppl']:.2f}, HF ppl {same['hf_ppl']:.2f}."]
+        lines.append("")
+    growth = results.get("growth")
+    if growth:
+        rows = [
+            [
+                r["size"],
+                str(r["seq_len"]),
+                f"{r['parameters'] / 1e6:.1f}M",
+                _number(r["tokens_per_s"]),
+                _number(r["peak_device_mb"]),
+                _number(r["peak_rss_mb"]),
+            ]
+            for r in growth["rows"]
+        ]
+        lines += [f"## Cost growth (bare step, batch {growth['batch']}, {growth['steps']} steps)", ""]
+        lines += _table(["size", "seq_len", "parameters", "tokens/s", "peak device MiB", "peak RSS MiB"], rows)
+        lines.append("")
+    lines += ["## Targets", ""]
+    lines += _table(["figure", "value", "target", "result"], [v.row() for v in results["verdicts"]])
+    return "\n".join(lines) + "\n"
+
+
+def machine(device: str) -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {}
+    for name in ("torch", "transformers", "tokenizers", "datasets", "accelerate"):
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = None
+    info = {
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "versions": versions,
+    }
+    if device.startswith("cuda"):
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
+    add = parser.add_argument
+    add("--size", choices=("tiny", "mini", "small", "medium", "base"), help="configs/<size>.yaml (default mini)")
+    add("--seq-len", type=int, help="tokens per block (default 128)")
+    add("--batch", type=int, help="sequences per optimizer step (default 32)")
+    add("--steps", type=int, help="steps per timed run (default 50)")
+    add("--warmup-steps", type=int, help="steps left out of the timing (default 10)")
+    add("--growth-steps", type=int, help="steps per bare-step run in the growth section (default 20)")
+    add("--rounds", type=int, help="interleaved rounds of each contestant (default 3)")
+    add("--precision", choices=("fp32", "bf16"), help="default bf16 on CUDA, fp32 on CPU")
+    add("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    add("--train", help="training text (default ../shared wikipedia-vital-summaries, else builtin:python-docs)")
+    add("--valid", help="validation text (default valid.txt beside --train, else 5 %% of the training documents)")
+    add("--vocab-size", type=int, help="WordPiece vocabulary (default 30522)")
+    add("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
+    add("--quality-budget", type=float, help="training seconds per side in the quality section (default 300)")
+    add("--eval-every", type=int, help="steps between evaluations in the quality section (default 50)")
+    add("--eval-blocks", type=int, help="validation blocks per evaluation (default 128)")
+    add("--target-ppl", type=float, help="default: the lowest perplexity the HF recipe reached in its budget")
+    add("--peak-tflops", type=float, default=H200_DENSE_BF16_TFLOPS, help="peak for MFU (default H200 dense bf16)")
+    add("--set", action="append", default=[], metavar="KEY=VALUE", help="our side only, e.g. train.compile=true")
+    add("--quick", action="store_true", help="tiny everything, for a smoke test")
+    add("--out", default=str(REPO / "results"), help="folder for benchmark-<time>.json and .md")
+    add("--work-dir", default=str(REPO / "runs" / "benchmark"), help="tokenizer, store and runs (reused)")
+    add("--worker", choices=tuple(WORKERS), help=argparse.SUPPRESS)
+    add("--spec", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    for key, value in (QUICK if args.quick else DEFAULTS).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.train is None:
+        args.train = str(WIKI / "train.txt") if (WIKI / "train.txt").is_file() else "builtin:python-docs"
+    if args.valid is None:
+        args.valid = default_valid(args.train)
+    return args
+
+
+def check_args(args: argparse.Namespace) -> set[str]:
+    sections = {s.strip() for s in args.sections.split(",") if s.strip()}
+    unknown = sections - set(SECTIONS)
+    if unknown or not sections:
+        raise BenchmarkError(f"--sections takes a subset of {','.join(SECTIONS)} (got {args.sections!r})")
+    if not 1 <= args.warmup_steps < args.steps - 1:
+        raise BenchmarkError(f"--warmup-steps must be >= 1 and leave 2 timed steps of --steps={args.steps}")
+    if args.growth_steps < 4:
+        raise BenchmarkError("--growth-steps must be >= 4")
+    if args.rounds < 1:
+        raise BenchmarkError("--rounds must be >= 1")
+    if {"throughput", "quality"} & sections:
+        missing = [name for name in ("datasets", "accelerate") if importlib.util.find_spec(name) is None]
+        if missing:
+            raise BenchmarkError(
+                f"the Hugging Face recipe needs {' and '.join(missing)}, not installed in {sys.executable}; "
+                "install them (pip install datasets accelerate) or, on the GPU machine, carry them as wheels "
+                "(docs/benchmarks.md); or run --sections limit,growth only"
+            )
+    return sections
+
+
+def benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    sections = check_args(args)
+    setup = prepare(args)
+    results: dict[str, Any] = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": shlex.join([Path(sys.argv[0]).name] + sys.argv[1:]),
+        "machine": machine(setup.device),
+        "settings": {
+            key: getattr(args, key)
+            for key in ("size", "seq_len", "batch", "steps", "warmup_steps", "rounds", "vocab_size", "set", "quick")
+        }
+        | {
+            "precision": setup.precision,
+            "device": setup.device,
+            "train_text": str(setup.train_text),
+            "valid_text": str(setup.valid_text),
+            "tokens_per_step": args.batch * args.seq_len,
+            "sections": sorted(sections, key=SECTIONS.index),
+        },
+    }
+    if {"throughput", "limit"} & sections:
+        results["rounds"] = measure_rounds(setup, sections)
+    if "quality" in sections:
+        results["quality"] = section_quality(setup)
+    if "growth" in sections:
+        results["growth"] = section_growth(setup)
+    results["verdicts"] = verdicts(results, "cuda" if setup.device.startswith("cuda") else "cpu")
+    return results
+
+
+def write_reports(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"benchmark-{time.strftime('%Y%m%d-%H%M%S')}"
+    data = dict(results, verdicts=[dict(vars(v), passed=v.passed) for v in results["verdicts"]])
+    stem.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    stem.with_suffix(".md").write_text(markdown(results))
+    return stem.with_suffix(".json"), stem.with_suffix(".md")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.worker:  # inside a contestant's process
+        run_dir = Path(args.spec)
+        result = WORKERS[args.worker](json.loads((run_dir / "spec.json").read_text()))
+        (run_dir / "result.json").write_text(json.dumps(result))
+        return 0
+    try:
+        results = benchmark(args)
+    except (BenchmarkError, UserError) as error:
+        print(f"benchmark: {error}", file=sys.stderr)
+        return 2
+    json_path, md_path = write_reports(results, Path(args.out))
+    print("\n" + markdown(results))  # the summary: every figure, its target, pass or fail
+    print(f"written: {json_path} and {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

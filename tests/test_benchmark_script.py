@@ -1,0 +1,103 @@
+"""scripts/benchmark.py: its timing and time-to-target arithmetic, and a smoke run of the script itself (and of
+scripts/benchmark_gpu.sh) on the built-in corpus. The figures of a smoke run mean nothing; their shape does."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "scripts" / "benchmark.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """scripts/benchmark.py as a module (scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location("benchmark_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+
+
+def test_steady_rate_counts_from_the_end_of_warm_up(bench) -> None:
+    # steps of 100 tokens; the first (warm-up) step is slow, then one step per 0.5 s
+    points = [(100, 5.0), (200, 5.5), (300, 6.0), (400, 6.5)]
+    assert bench.steady_tokens_per_s(points, warmup_steps=1) == pytest.approx(300 / 1.5)
+    with pytest.raises(bench.BenchmarkError):
+        bench.steady_tokens_per_s(points, warmup_steps=4)
+
+
+def test_time_to_target_interpolates_between_evaluations(bench) -> None:
+    evals = [{"train_seconds": 10.0, "eval_ppl": 100.0}, {"train_seconds": 20.0, "eval_ppl": 50.0}]
+    assert bench.time_to_target(evals, 75.0) == pytest.approx(15.0)
+    assert bench.time_to_target(evals, 200.0) == 10.0  # reached at the first evaluation: its time
+    assert bench.time_to_target(evals, 10.0) is None
+
+
+def test_our_evaluations_leave_evaluation_time_out_of_the_clock(bench) -> None:
+    train = [{"step": s, "elapsed_s": float(s)} for s in range(1, 5)]
+    evals = [
+        {"step": 2, "eval_loss": 5.0, "eval_ppl": 148.4, "eval_seconds": 0.5},
+        {"step": 4, "eval_loss": 4.0, "eval_ppl": 54.6, "eval_seconds": 0.5},
+    ]
+    clock = bench._training_clock(train, evals)
+    assert [point["train_seconds"] for point in clock] == [2.0, 3.5]
+
+
+def test_a_missing_hf_package_is_named(bench, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "datasets" else real(name, *a))
+    with pytest.raises(bench.BenchmarkError, match="needs datasets"):
+        bench.check_args(bench.parse_args(["--quick", "--sections", "throughput"]))
+    assert bench.check_args(bench.parse_args(["--quick", "--sections", "limit"])) == {"limit"}
+
+
+def _run(command: list[str]) -> None:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def _report(out: Path) -> dict:
+    (json_path,) = out.glob("benchmark-*.json")
+    assert json_path.with_suffix(".md").is_file()
+    return json.loads(json_path.read_text())
+
+
+@pytest.mark.slow
+def test_quick_throughput_and_limit(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    common = ["--quick", "--train", "builtin:python-docs", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    _run([sys.executable, str(SCRIPT), *common, "--sections", "throughput,limit", "--rounds", "1"])
+    report = _report(out)
+    rounds = report["rounds"]
+    for name in ("ours", "hf", "bare"):
+        assert len(rounds[name]["values"]) == 1
+        assert rounds[name]["median"] > 0
+        assert rounds[name]["peak_rss_mb"] > 0
+        assert rounds["mfu"][name] > 0
+    assert rounds["ratio"] > 0 and rounds["ours_over_limit"] > 0
+    assert rounds["mfu"]["flops_per_token"] > 0
+    assert "mlmtrain pretrain" in rounds["ours"]["command"]
+    assert report["settings"]["size"] == "tiny" and report["settings"]["device"] == "cpu"
+    assert [v["figure"] for v in report["verdicts"]] == ["throughput: ours / HF recipe", "ours / bare-step limit"]
+
+
+@pytest.mark.slow
+def test_gpu_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    work = ["--work-dir", str(tmp_path / "work"), "--out", str(out), "--train", "builtin:python-docs"]
+    # the limit section alone keeps this short: ours and the bare step, one round
+    _run(["bash", str(REPO / "scripts" / "benchmark_gpu.sh"), "--quick", *work, "--sections", "limit", "--rounds", "1"])
+    rounds = _report(out)["rounds"]
+    assert rounds["ours_over_limit"] > 0 and "hf" not in rounds
