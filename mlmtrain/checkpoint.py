@@ -3,7 +3,8 @@
 A checkpoint is `RUN_DIR/checkpoints/step-N/`: a plain Hugging Face model folder (safetensors, config.json,
 tokenizer files, mlmtrain.yaml) plus `training_state.pt` (optimizer, scaler, step, tokens, data position,
 RNG states). It is written to a temporary folder, `COMPLETE` is written last, then the folder is renamed:
-a folder without `COMPLETE` is never loaded, so a kill at any moment leaves the previous one usable.
+a folder without `COMPLETE` is never loaded, so a kill at any moment leaves the previous one usable (the next
+save clears what the killed one left behind).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
+from safetensors import SafetensorError
 
 from mlmtrain.config import Config, save_config
 from mlmtrain.errors import UserError
@@ -23,6 +25,7 @@ from mlmtrain.errors import UserError
 COMPLETE = "COMPLETE"
 STATE_FILE = "training_state.pt"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+_LEFTOVER = re.compile(r"^\.(?:tmp-step-\d+|old-step-\d+|latest)-(\d+)$")  # ends in the writer's pid
 
 
 def checkpoints_dir(run_dir: Path) -> Path:
@@ -44,6 +47,27 @@ def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:
     found = complete_checkpoints(run_dir)
     return found[-1][1] if found else None
+
+
+def _remove_leftovers(root: Path) -> None:
+    """Delete what saves killed midway left (temporary folders, links): never a checkpoint, only lost disk space."""
+    for child in root.iterdir():
+        match = _LEFTOVER.match(child.name)
+        if match and not _process_alive(int(match.group(1))):
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def _fsync_tree(folder: Path) -> None:
@@ -70,6 +94,7 @@ def save_checkpoint(
     """
     root = checkpoints_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(root)
     final = root / f"step-{step}"
     staging = root / f".tmp-step-{step}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
@@ -82,18 +107,24 @@ def save_checkpoint(
         (staging / "checkpoint.json").write_text(json.dumps({"step": step, **(metrics or {})}, indent=1))
         _fsync_tree(staging)
         (staging / COMPLETE).write_text("ok\n")
-        if final.exists():  # the final save can land on a step that was just saved periodically
-            shutil.rmtree(final)
-        staging.rename(final)
-    except OSError as error:
+        if final.exists():  # a step saved before (a resume from an older checkpoint): swap, never half-delete
+            replaced = root / f".old-step-{step}-{os.getpid()}"
+            final.rename(replaced)
+            staging.rename(final)
+            shutil.rmtree(replaced, ignore_errors=True)
+        else:
+            staging.rename(final)
+    except (OSError, RuntimeError, SafetensorError) as error:  # torch.save and safetensors wrap I/O errors
         shutil.rmtree(staging, ignore_errors=True)
         previous = latest_checkpoint(run_dir)
         kept = f"; the last complete checkpoint {previous} is intact" if previous else ""
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error).strip()
+        free = shutil.disk_usage(root).free
         raise UserError(
             "checkpoint",
-            f"could not write {final}: {error.strerror or error}{kept}; "
-            "free disk space or fix permissions, then resume with --resume",
-        ) from None
+            f"could not write {final}: {reason.splitlines()[0] if reason else type(error).__name__} "
+            f"({free / 1e6:,.1f} MB free there){kept}; free disk space or fix permissions, then resume with --resume",
+        ) from error
     _point_latest(root, final)
     return final
 
@@ -115,6 +146,7 @@ def prune_checkpoints(run_dir: Path, keep_last: int, keep: Optional[Path] = None
     found = complete_checkpoints(run_dir)
     for _, folder in found[:-keep_last]:
         if keep is None or folder.resolve() != keep.resolve():
+            (folder / COMPLETE).unlink(missing_ok=True)  # first: a kill amid the removal leaves no "complete" husk
             shutil.rmtree(folder, ignore_errors=True)
 
 

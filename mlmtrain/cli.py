@@ -86,9 +86,10 @@ def pretrain(
     overwrite: bool = typer.Option(False, "--overwrite", help="Start afresh in a run_dir that holds another run."),
 ) -> None:
     """Pretrain a BertForMaskedLM with dynamic masking; writes checkpoints to run_dir/checkpoints."""
+    cfg = _load(config, overrides)  # a bad config fails before the slow imports
     from mlmtrain.train import pretrain as run_pretrain
 
-    run_pretrain(_load(config, overrides), resume=resume, overwrite=overwrite)
+    run_pretrain(cfg, resume=resume, overwrite=overwrite)
 
 
 @app.command("eval-perplexity")

@@ -210,6 +210,11 @@ class TrainConfig:
         _check(self.batch_size >= 1, "train.batch_size", f"must be >= 1 (got {self.batch_size})")
         if self.micro_batch_size is not None:
             _check(self.micro_batch_size >= 1, "train.micro_batch_size", "must be >= 1")
+            _check(
+                self.batch_size % self.micro_batch_size == 0,
+                "train.micro_batch_size",
+                f"({self.micro_batch_size}) must divide train.batch_size ({self.batch_size})",
+            )
         _check(
             self.max_steps is not None or self.max_tokens is not None or self.max_time is not None,
             "train.max_steps",

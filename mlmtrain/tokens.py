@@ -221,10 +221,14 @@ def read_meta(folder: Path) -> dict[str, Any]:
 
 
 def store_is_current(folder: Path, fingerprint: str, sources: dict[str, str]) -> bool:
-    """A complete store built by this tokenizer from these sources: nothing to do."""
+    """A complete, undamaged store built by this tokenizer from these sources: nothing to do."""
     try:
         meta = read_meta(folder)
-    except UserError:
+        for split in meta["splits"]:
+            TokenStore(folder, split)  # shard sizes and document index: a crash or a bad copy may have cut them
+    except UserError as error:
+        if Path(folder).exists():
+            say(f"{error.message.split('; ')[0]}; encoding it again")
         return False
     return meta.get("tokenizer_fingerprint") == fingerprint and meta.get("sources") == sources
 
@@ -306,6 +310,8 @@ def tokenize_corpus(cfg: Config, quiet: bool = False) -> Path:
             total_bytes += corpus.stats.bytes
             if corpus.stats.invalid_utf8_lines:
                 say(f"{split}: {corpus.stats.invalid_utf8_lines:,} lines had invalid UTF-8 bytes (replaced by U+FFFD)")
+            if corpus.stats.skipped_empty:
+                say(f"{split}: {corpus.stats.skipped_empty:,} empty or whitespace-only documents skipped")
             if stats[split].tokens == 0:
                 raise UserError("data", f"the {split} split is empty ({corpus.describe()}); point data.{split} at text")
         meta = {
