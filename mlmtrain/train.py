@@ -222,6 +222,9 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
 
 
 def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Path]) -> Path:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # transformers' own save/load bars would break our progress bar every checkpoint
     device = ctx.device
     tokenizer = load_tokenizer(cfg.tokenizer_dir)
     vocab = VocabInfo.from_tokenizer(tokenizer)

@@ -16,15 +16,31 @@ REPO = Path(__file__).resolve().parent.parent
 
 def mlmtrain(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "mlmtrain", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "mlmtrain", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600
+    )
 
 
 @pytest.mark.slow
 def test_quickstart_end_to_end(tmp_path: Path) -> None:
-    shrink = ["--set", "train.max_steps=6", "--set", "train.eval_every=3", "--set", "checkpoint.save_every=3",
-              "--set", "model.hidden_size=32", "--set", "model.intermediate_size=64", "--set", "train.batch_size=8",
-              "--set", "tokenizer.vocab_size=1000", "--set", "train.progress=false"]
+    shrink = [
+        "--set",
+        "train.max_steps=6",
+        "--set",
+        "train.eval_every=3",
+        "--set",
+        "checkpoint.save_every=3",
+        "--set",
+        "model.hidden_size=32",
+        "--set",
+        "model.intermediate_size=64",
+        "--set",
+        "train.batch_size=8",
+        "--set",
+        "tokenizer.vocab_size=1000",
+        "--set",
+        "train.progress=false",
+    ]
     done = mlmtrain("pretrain", "--config", str(REPO / "configs" / "quickstart.yaml"), *shrink, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     latest = tmp_path / "runs" / "quickstart" / "checkpoints" / "latest"
@@ -36,8 +52,17 @@ def test_quickstart_end_to_end(tmp_path: Path) -> None:
     assert filled.returncode == 0, filled.stderr
     assert len([line for line in filled.stdout.splitlines() if line.strip()]) >= 5
 
-    scored = mlmtrain("eval-perplexity", "--model", str(latest), "--data", "builtin:python-docs", "--max-blocks", "20",
-                      "--json", cwd=tmp_path)
+    scored = mlmtrain(
+        "eval-perplexity",
+        "--model",
+        str(latest),
+        "--data",
+        "builtin:python-docs",
+        "--max-blocks",
+        "20",
+        "--json",
+        cwd=tmp_path,
+    )
     assert scored.returncode == 0, scored.stderr
     result = json.loads(scored.stdout)
     assert 1 < result["perplexity"] < 1000
