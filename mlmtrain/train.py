@@ -605,7 +605,8 @@ class Loop:
             f"done: {self.state.step} steps, {self.state.tokens:,} tokens in {self.state.elapsed_s:.0f}s; "
             f"checkpoint {last_saved} (also {latest})"
         )
-        say(f'try: mlmtrain fill-mask --model {latest} "The capital of France is [MASK]."')
+        say(f'try: mlmtrain fill-mask --model {latest} "a sentence with a [MASK] in it"')
+        say(f"and: mlmtrain eval-perplexity --model {latest} --config <your config>")
 
 
 def _count_tokens(batch: dict[str, torch.Tensor]) -> int:

@@ -11,7 +11,9 @@ in time to a target perplexity, and in how cost grows with sequence length and m
    already in memory; ours / limit is what the loop and the data path leave of it.
 3. quality: training seconds (evaluation excluded) each side needs to reach a target validation perplexity, from
    the same initial weights, each with its default recipe, scored by one evaluator (`evaluate_blocks`, fixed masks).
-4. growth: tokens/s and peak memory of the bare step for several seq_len and model sizes.
+4. recipe: both sides with OUR hyperparameters for the same steps, validation perplexity by step (per step, our
+   sparse head, masking and loop must learn at least as well as the recipe).
+5. growth: tokens/s and peak memory of the bare step for several seq_len and model sizes.
 
 Every contestant runs in a process of its own (its own allocator and peak memory) and is timed the same way: wall
 time from the end of warm-up step k to the end of the last step n, tokens/s = (tokens_n - tokens_k) / (t_n - t_k).
@@ -57,7 +59,7 @@ from mlmtrain.tokens import TokenStore, tokenize_corpus
 
 REPO = Path(__file__).resolve().parent.parent
 WIKI = REPO.parent / "shared" / "corpora" / "wikipedia-vital-summaries"
-SECTIONS = ("throughput", "limit", "quality", "growth")
+SECTIONS = ("throughput", "limit", "quality", "recipe", "growth")
 H200_DENSE_BF16_TFLOPS = 989.0
 HF_MLM_PROBABILITY = 0.15  # what run_mlm.py hands DataCollatorForLanguageModeling
 AUTOCAST = {"fp32": None, "bf16": torch.bfloat16}
@@ -87,6 +89,7 @@ DEFAULTS = {
     "quality_budget": 300.0,
     "eval_every": 50,
     "eval_blocks": 128,
+    "recipe_steps": 150,
     "vocab_size": 30522,
 }
 QUICK = {
@@ -100,6 +103,7 @@ QUICK = {
     "quality_budget": 10.0,
     "eval_every": 5,
     "eval_blocks": 16,
+    "recipe_steps": 10,
     "vocab_size": 2000,
 }
 # Growth: seq_len varies at one size, size varies at one seq_len.
@@ -363,6 +367,22 @@ def recipe_arguments(cfg: Config, spec: dict[str, Any]) -> dict[str, Any]:
     }
     if spec["mode"] == "throughput":
         arguments.update(max_steps=spec["steps"])
+    if spec["mode"] == "recipe":  # our hyperparameters, so the two differ only in head, masking and loop
+        optim = cfg.optim
+        arguments.update(
+            max_steps=spec["steps"],
+            learning_rate=optim.lr,
+            warmup_steps=optim.warmup_steps,
+            weight_decay=optim.weight_decay,
+            adam_beta1=optim.beta1,
+            adam_beta2=optim.beta2,
+            adam_epsilon=optim.eps,
+            max_grad_norm=optim.grad_clip,
+            lr_scheduler_type={"linear": "linear", "cosine": "cosine", "constant": "constant_with_warmup"}[
+                optim.schedule
+            ],
+            seed=cfg.train.seed,
+        )
     return arguments  # quality: defaults (lr 5e-5, linear decay over 3 epochs, no warm-up, no weight decay)
 
 
@@ -377,7 +397,7 @@ def hf_worker(spec: dict[str, Any]) -> dict[str, Any]:
     torch.manual_seed(cfg.train.seed)  # the same initial weights as ours: same seed, same build_model
     model = build_model(cfg.model, vocab_size=len(tokenizer), pad_id=tokenizer.pad_token_id)
 
-    evaluate = _evaluator(cfg, tokenizer) if spec["mode"] == "quality" else None
+    evaluate = _evaluator(cfg, tokenizer) if spec["mode"] in ("quality", "recipe") else None
     clock = StepClock(device, evaluate, spec.get("eval_every", 0), spec.get("budget"))
     trainer = Trainer(
         model=model,
@@ -655,6 +675,37 @@ def section_quality(setup: Setup) -> dict[str, Any]:
     }
 
 
+def section_recipe(setup: Setup) -> dict[str, Any]:
+    """Section 4: both sides with OUR hyperparameters for --recipe-steps steps, evaluated alike: per step, our
+    sparse head, masking and loop must learn at least as well as the HF recipe (issue 4: ppl not worse)."""
+    a = setup.args
+    # a warm-up that fits the short run; the same change on both sides
+    extra = {"optim.warmup_steps": max(1, a.recipe_steps // 10)}
+    say(f"benchmark: recipe: mlmtrain pretrain, {a.recipe_steps} steps")
+    run_dir = setup.run_dir("recipe-ours")
+    steps = {"train.max_steps": a.recipe_steps, "train.log_every": 1, "train.eval_every": a.eval_every}
+    ours = run_ours(setup, run_dir, setup.ours(run_dir, extra={**extra, **steps}))
+    say(f"benchmark: recipe: the HF Trainer with our hyperparameters, {a.recipe_steps} steps")
+    run_dir = setup.run_dir("recipe-hf")
+    spec = {
+        "config": str(setup.config_path()),
+        "overrides": setup.overrides(run_dir, extra=extra),
+        "mode": "recipe",
+        "steps": a.recipe_steps,
+        "eval_every": a.eval_every,
+        "train_text": str(setup.train_text),
+        "hf_cache": str(setup.work_dir / "hf-datasets"),
+    }
+    hf = run_worker("hf", spec, run_dir)
+    return {
+        "steps": a.recipe_steps,
+        "warmup_steps": extra["optim.warmup_steps"],
+        "ours": ours["evals"],
+        "hf": hf["evals"],
+        "same_step": _same_step(ours["evals"], hf["evals"]),
+    }
+
+
 def _same_step(ours: list[dict], hf: list[dict]) -> Optional[dict[str, Any]]:
     """Perplexity of both at the last step both evaluated (issue 4: after the same number of steps)."""
     hf_by_step = {point["step"]: point["eval_ppl"] for point in hf}
@@ -734,6 +785,17 @@ def verdicts(results: dict[str, Any], device_type: str) -> list[Verdict]:
         same = quality["same_step"]
         ratio = same["ours_ppl"] / same["hf_ppl"] if same else None
         out.append(Verdict("ppl at the same step: ours / HF", ratio, "<=", targets["same_step_ppl_ratio"]))
+    recipe = results.get("recipe")
+    if recipe and recipe["same_step"]:
+        same = recipe["same_step"]
+        out.append(
+            Verdict(
+                "same recipe, ppl at the last step: ours / HF",
+                same["ours_ppl"] / same["hf_ppl"],
+                "<=",
+                targets["same_step_ppl_ratio"],
+            )
+        )
     return out
 
 
@@ -803,6 +865,17 @@ def markdown(results: dict[str, Any]) -> str:
         same = quality["same_step"]
         if same:
             lines += ["", f"At step {same['step']}: ours ppl {same['ours_ppl']:.2f}, HF ppl {same['hf_ppl']:.2f}."]
+        lines.append("")
+    recipe = results.get("recipe")
+    if recipe:
+        hf_by_step = {point["step"]: point["eval_ppl"] for point in recipe["hf"]}
+        rows = [[str(p["step"]), f"{p['eval_ppl']:.2f}", _number(hf_by_step.get(p["step"]), 2)] for p in recipe["ours"]]
+        lines += [
+            f"## Same recipe (our hyperparameters on both sides, warm-up {recipe['warmup_steps']} steps): "
+            "validation perplexity by step",
+            "",
+        ]
+        lines += _table(["step", "mlmtrain pretrain", "HF Trainer recipe"], rows)
         lines.append("")
     growth = results.get("growth")
     if growth:
@@ -880,6 +953,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add("--quality-budget", type=float, help="training seconds per side in the quality section (default 300)")
     add("--eval-every", type=int, help="steps between evaluations in the quality section (default 50)")
     add("--eval-blocks", type=int, help="validation blocks per evaluation (default 128)")
+    add("--recipe-steps", type=int, help="steps per side in the same-recipe section (default 150)")
     add("--target-ppl", type=float, help="default: the lowest perplexity the HF recipe reached in its budget")
     add("--peak-tflops", type=float, default=H200_DENSE_BF16_TFLOPS, help="peak for MFU (default H200 dense bf16)")
     add("--set", action="append", default=[], metavar="KEY=VALUE", help="our side only, e.g. train.compile=true")
@@ -910,7 +984,7 @@ def check_args(args: argparse.Namespace) -> set[str]:
         raise BenchmarkError("--growth-steps must be >= 4")
     if args.rounds < 1:
         raise BenchmarkError("--rounds must be >= 1")
-    if {"throughput", "quality"} & sections:
+    if {"throughput", "quality", "recipe"} & sections:
         missing = [name for name in ("datasets", "accelerate") if importlib.util.find_spec(name) is None]
         if missing:
             raise BenchmarkError(
@@ -945,6 +1019,8 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
         results["rounds"] = measure_rounds(setup, sections)
     if "quality" in sections:
         results["quality"] = section_quality(setup)
+    if "recipe" in sections:
+        results["recipe"] = section_recipe(setup)
     if "growth" in sections:
         results["growth"] = section_growth(setup)
     results["verdicts"] = verdicts(results, "cuda" if setup.device.startswith("cuda") else "cpu")
