@@ -417,6 +417,7 @@ class Loop:
         window_start, window_tokens = time.perf_counter(), 0
         clock = time.perf_counter() - state.elapsed_s  # wall time carries over a resume, for max_time
         stopped_by_signal = False
+        eval_loss: Optional[float] = None
         try:
             while self.progress() < 1.0:
                 # 1. One optimizer step's micro-batches, fetched first: the loss is normalised by the
@@ -511,7 +512,8 @@ class Loop:
                     break
             else:  # budget spent: a last evaluation unless this very step had one
                 evaluated = cfg.train.eval_every and state.step % cfg.train.eval_every == 0 and state.step > 0
-                eval_loss = None if evaluated else self.evaluate(reporter)
+                if not evaluated:
+                    eval_loss = self.evaluate(reporter)
             # every rank takes the same branch here: save() holds collectives
             saved_now = cfg.checkpoint.save_every and state.step % cfg.checkpoint.save_every == 0 and state.step > 0
             if not saved_now:
