@@ -133,3 +133,23 @@ def test_nonfinite_losses_stop_the_run_and_keep_the_last_good_checkpoint(tiny_co
 def test_max_tokens_budget(tiny_config) -> None:
     cfg = tiny_config(**{"train.max_steps": None, "train.max_tokens": 3 * 8 * 32, "train.eval_every": 0})
     assert pretrain(cfg).name == "step-3"
+
+
+def test_keep_last_prunes_and_keep_best_spares_the_best(tiny_config) -> None:
+    # a high learning rate makes validation loss wander, so the best is often not the last
+    cfg = tiny_config(
+        **{
+            "train.max_steps": 12,
+            "train.eval_every": 2,
+            "checkpoint.save_every": 2,
+            "checkpoint.keep_last": 1,
+            "checkpoint.keep_best": True,
+            "optim.lr": 0.05,
+        }
+    )
+    pretrain(cfg)
+    run_dir = Path(cfg.train.run_dir)
+    evals = {m["step"]: m["eval_loss"] for m in metrics(run_dir) if "eval_loss" in m}
+    best = min(evals, key=evals.get)
+    kept = {p.name for p in (run_dir / "checkpoints").glob("step-*")}
+    assert kept == {"step-12", f"step-{best}"}
