@@ -630,6 +630,19 @@ def model_flops_utilisation(setup: Setup, rounds: dict[str, Any]) -> dict[str, A
     return out
 
 
+def _hf_spec(setup: Setup, run_dir: Path, mode: str, extra: Optional[dict] = None, **fields: Any) -> dict[str, Any]:
+    """The HF worker's orders for an evaluated run (quality or recipe): config, text, evaluation cadence."""
+    return {
+        "config": str(setup.config_path()),
+        "overrides": setup.overrides(run_dir, extra=extra),
+        "mode": mode,
+        "eval_every": setup.args.eval_every,
+        "train_text": str(setup.train_text),
+        "hf_cache": str(setup.work_dir / "hf-datasets"),
+        **fields,
+    }
+
+
 def section_quality(setup: Setup) -> dict[str, Any]:
     """Section 3: both sides for --quality-budget training seconds, evaluated every --eval-every steps."""
     a = setup.args
@@ -645,16 +658,7 @@ def section_quality(setup: Setup) -> dict[str, Any]:
     ours = run_ours(setup, run_dir, setup.ours(run_dir, extra=budget))
     say(f"benchmark: quality: the HF recipe for {a.quality_budget:g} s")
     run_dir = setup.run_dir("quality-hf")
-    spec = {
-        "config": str(setup.config_path()),
-        "overrides": setup.overrides(run_dir),
-        "mode": "quality",
-        "budget": a.quality_budget,
-        "eval_every": a.eval_every,
-        "train_text": str(setup.train_text),
-        "hf_cache": str(setup.work_dir / "hf-datasets"),
-    }
-    hf = run_worker("hf", spec, run_dir)
+    hf = run_worker("hf", _hf_spec(setup, run_dir, "quality", budget=a.quality_budget), run_dir)
     if not ours["evals"] or not hf["evals"]:
         raise BenchmarkError("quality: a side logged no evaluation; raise --quality-budget or lower --eval-every")
     target = a.target_ppl or min(point["eval_ppl"] for point in hf["evals"])
@@ -687,16 +691,7 @@ def section_recipe(setup: Setup) -> dict[str, Any]:
     ours = run_ours(setup, run_dir, setup.ours(run_dir, extra={**extra, **steps}))
     say(f"benchmark: recipe: the HF Trainer with our hyperparameters, {a.recipe_steps} steps")
     run_dir = setup.run_dir("recipe-hf")
-    spec = {
-        "config": str(setup.config_path()),
-        "overrides": setup.overrides(run_dir, extra=extra),
-        "mode": "recipe",
-        "steps": a.recipe_steps,
-        "eval_every": a.eval_every,
-        "train_text": str(setup.train_text),
-        "hf_cache": str(setup.work_dir / "hf-datasets"),
-    }
-    hf = run_worker("hf", spec, run_dir)
+    hf = run_worker("hf", _hf_spec(setup, run_dir, "recipe", extra=extra, steps=a.recipe_steps), run_dir)
     return {
         "steps": a.recipe_steps,
         "warmup_steps": extra["optim.warmup_steps"],
