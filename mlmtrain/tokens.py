@@ -107,6 +107,7 @@ def encode_split(
     vocab_size = tokenizer.get_vocab_size()
     sep_id, unk_id = tokenizer.token_to_id("[SEP]"), tokenizer.token_to_id("[UNK]")
     writer = _SplitWriter(folder, split, ids_dtype(vocab_size))
+    started = time.perf_counter()
     for batch in _batches(corpus, ENCODE_BATCH):
         encodings = tokenizer.encode_batch(batch, add_special_tokens=False)
         pieces = [np.asarray(e.ids + [sep_id], dtype=np.int64) for e in encodings]
@@ -117,7 +118,9 @@ def encode_split(
             writer.stats.unk_tokens += int(np.count_nonzero(ids == unk_id))
         if progress is not None:
             progress.update(len(batch))
-            progress.set_postfix(tokens=f"{writer.stats.tokens:,}", refresh=False)
+            read_mb = getattr(getattr(corpus, "stats", None), "bytes", 0) / 1e6  # a Corpus counts what it read
+            speed = read_mb / max(time.perf_counter() - started, 1e-9)
+            progress.set_postfix(tokens=f"{writer.stats.tokens:,}", MB_s=f"{speed:.1f}", refresh=False)
     writer.close()
     return writer.stats
 
