@@ -134,3 +134,23 @@ def test_keep_last_prunes_and_keep_best_spares_the_best(tiny_config) -> None:
     best = min(evals, key=evals.get)
     kept = {p.name for p in (run_dir / "checkpoints").glob("step-*")}
     assert kept == {"step-12", f"step-{best}"}
+
+
+def test_max_time_budget_stops_on_time_and_stretches_the_schedule(tiny_config) -> None:
+    cfg = tiny_config(
+        **{
+            "train.max_steps": None,
+            "train.max_time": "3s",
+            "train.eval_every": 0,
+            "checkpoint.save_every": 0,
+            "optim.warmup_steps": 1,
+        }
+    )
+    final = pretrain(cfg)
+    lines = [m for m in metrics(Path(cfg.train.run_dir)) if "loss" in m]
+    assert final.name == f"step-{lines[-1]['step']}"
+    assert 3.0 <= lines[-1]["elapsed_s"] < 6.0
+    lrs = [m["lr"] for m in lines]
+    assert lrs[1] == max(lrs)  # warm-up ends at step 1, then linear decay over the time budget
+    assert lrs[-1] < 0.2 * max(lrs)
+    assert all(a >= b for a, b in zip(lrs[1:-1], lrs[2:], strict=True))
