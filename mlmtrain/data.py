@@ -12,9 +12,8 @@ see the same blocks and masks as 1 rank × 2b.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -24,14 +23,24 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from mlmtrain.errors import UserError
-from mlmtrain.masking import MaskingCollator
+from mlmtrain.masking import MaskingCollator, mix_seed
 from mlmtrain.tokens import TokenStore
 
 
-def _seed_from(*parts: int) -> int:
-    """A 63-bit seed from a tuple of ints (stable across processes and Python versions, unlike hash())."""
-    digest = hashlib.blake2b(",".join(map(str, parts)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+def pack_blocks(
+    encoded_batches: Iterable[list[list[int]]], seq_len: int, cls_id: int, sep_id: int
+) -> Iterator[np.ndarray]:
+    """Cut documents into blocks exactly as the token store is cut: each document (ids without special tokens)
+    is followed by [SEP], the stream is sliced into pieces of seq_len - 2, each wrapped as [CLS] … [SEP]; a tail
+    shorter than a piece is dropped. Takes the documents in batches, as a tokenizer encodes them."""
+    body = seq_len - 2
+    pending = np.zeros(0, dtype=np.int64)
+    for batch in encoded_batches:
+        pending = np.concatenate([pending, *(np.asarray(ids + [sep_id], dtype=np.int64) for ids in batch)])
+        whole = len(pending) // body * body
+        for piece in pending[:whole].reshape(-1, body):
+            yield np.concatenate(([cls_id], piece, [sep_id]))
+        pending = pending[whole:]
 
 
 class StoreBlocks:
@@ -115,7 +124,7 @@ class MicroBatches(IterableDataset):
         """The epoch's block order: a permutation seeded by (seed, epoch), the same on every rank."""
         if self._order[0] != epoch:
             if self.shuffle:
-                generator = torch.Generator().manual_seed(_seed_from(self.seed, epoch, 0x5EED))
+                generator = torch.Generator().manual_seed(mix_seed(self.seed, epoch, 0x5EED))
                 self._order = (epoch, torch.randperm(len(self.blocks), generator=generator))
             else:
                 self._order = (epoch, torch.arange(len(self.blocks)))
@@ -171,27 +180,18 @@ class LiveMicroBatches(IterableDataset):
         from mlmtrain.tokenizer import load_tokenizer
 
         tokenizer = load_tokenizer(self.tokenizer_dir).backend_tokenizer
-        cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-        body = self.seq_len - 2
-        pending = np.zeros(0, dtype=np.int64)
-        buffer: list[np.ndarray] = []
-        generator = torch.Generator().manual_seed(_seed_from(self.seed, epoch, shard))
         texts = self.corpus.iter_shard(shard, shards)
-        while True:
-            batch = list(itertools.islice(texts, 256))
-            if not batch:
-                break
-            ids = [
-                np.asarray(e.ids + [sep_id], dtype=np.int64)
-                for e in tokenizer.encode_batch(batch, add_special_tokens=False)
-            ]
-            pending = np.concatenate([pending, *ids])
-            cut = len(pending) // body * body
-            for piece in pending[:cut].reshape(-1, body):
-                buffer.append(np.concatenate([[cls_id], piece, [sep_id]]))
-                if len(buffer) >= self.shuffle_buffer:  # emit a random element to shuffle a stream we cannot hold
-                    yield buffer.pop(int(torch.randint(len(buffer), (1,), generator=generator)))
-            pending = pending[cut:]
+        encoded = (
+            [e.ids for e in tokenizer.encode_batch(batch, add_special_tokens=False)]
+            for batch in iter(lambda: list(itertools.islice(texts, 256)), [])
+        )
+        cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+        buffer: list[np.ndarray] = []
+        generator = torch.Generator().manual_seed(mix_seed(self.seed, epoch, shard))
+        for block in pack_blocks(encoded, self.seq_len, cls_id, sep_id):
+            buffer.append(block)
+            if len(buffer) >= self.shuffle_buffer:  # emit a random element to shuffle a stream we cannot hold
+                yield buffer.pop(int(torch.randint(len(buffer), (1,), generator=generator)))
         order = torch.randperm(len(buffer), generator=generator).tolist()
         yield from (buffer[i] for i in order)
 

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from mlmtrain.config import MaskingConfig
+from mlmtrain.data import pack_blocks
 from mlmtrain.errors import UserError
 from mlmtrain.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
 
@@ -221,9 +222,8 @@ def score_pseudo(
 
 
 class PackedBlocks:
-    """Blocks of `seq_len` from a stream of documents, cut exactly as training cuts its token store: every document
-    (tokenized without special tokens) is followed by [SEP], the stream is sliced into pieces of seq_len - 2, each
-    wrapped as [CLS] … [SEP]; a tail shorter than a piece is dropped. Counts documents and tokens as it goes."""
+    """Blocks of `seq_len` from a stream of texts, cut exactly as training cuts its token store (`pack_blocks`),
+    with the model's own tokenizer. Counts documents and tokens as it goes."""
 
     def __init__(self, texts: Iterable[str], tokenizer: Any, seq_len: int) -> None:
         if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
@@ -233,9 +233,9 @@ class PackedBlocks:
         self.tokens = 0
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        body = self.seq_len - 2
-        cls_id, sep_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
-        pending = np.zeros(0, dtype=np.int64)
+        yield from pack_blocks(self._encoded(), self.seq_len, self.tokenizer.cls_token_id, self.tokenizer.sep_token_id)
+
+    def _encoded(self) -> Iterator[list[list[int]]]:
         documents = iter(self.texts)
         while batch := list(itertools.islice(documents, _ENCODE_DOCUMENTS)):
             # truncation=False: some tokenizer.json files carry a 512-token truncation that would cut documents
@@ -250,11 +250,7 @@ class PackedBlocks:
             )["input_ids"]
             self.documents += len(batch)
             self.tokens += sum(len(ids) + 1 for ids in encoded)
-            pending = np.concatenate([pending, *(np.asarray(ids + [sep_id], dtype=np.int64) for ids in encoded)])
-            whole = len(pending) // body * body
-            for piece in pending[:whole].reshape(-1, body):
-                yield np.concatenate(([cls_id], piece, [sep_id]))
-            pending = pending[whole:]
+            yield encoded
 
 
 def _non_empty(blocks: PackedBlocks, source: str) -> Iterator[np.ndarray]:

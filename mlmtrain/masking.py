@@ -85,12 +85,18 @@ def _splitmix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def block_seed(seed: int, epoch: int, block_index: int) -> int:
-    """The generator seed of one block: a splitmix64 mix of the three ints (each taken mod 2**64), 63 bits."""
+def mix_seed(*parts: int) -> int:
+    """A 63-bit generator seed from several ints (each taken mod 2**64), by chained splitmix64: stable across
+    processes and Python versions, unlike hash(). The one seed mixer of the project (masks, block order)."""
     h = 0
-    for part in (seed, epoch, block_index):
+    for part in parts:
         h = _splitmix64(h ^ (part & _U64))
     return h >> 1
+
+
+def block_seed(seed: int, epoch: int, block_index: int) -> int:
+    """The generator seed of one block's masks."""
+    return mix_seed(seed, epoch, block_index)
 
 
 def _block_uniforms(seeds: Sequence[int], lengths: Sequence[int], width: int) -> torch.Tensor:
