@@ -104,6 +104,15 @@ def broadcast_object(ctx: DistContext, value: object) -> object:
     return box[0]
 
 
+def gather_objects(ctx: DistContext, value: T) -> list[T]:
+    """Every rank's `value`, in rank order (a list of one when single-process)."""
+    if not ctx.distributed:
+        return [value]
+    out: list = [None] * ctx.world_size
+    dist.all_gather_object(out, value)
+    return out
+
+
 def on_main(ctx: DistContext, action: Callable[[], T]) -> Optional[T]:
     """Run `action` on rank 0 while the other ranks wait; returns its result on rank 0, None elsewhere.
 

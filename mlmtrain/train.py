@@ -22,12 +22,11 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from mlmtrain import checkpoint as ckpt
 from mlmtrain.config import Config, save_config
 from mlmtrain.data import LiveMicroBatches, MicroBatches, StoreBlocks, batch_layout, evaluation_blocks, make_loader
-from mlmtrain.distributed import DistContext, all_reduce_sum, init_distributed, on_main, teardown
+from mlmtrain.distributed import DistContext, all_reduce_sum, gather_objects, init_distributed, on_main, teardown
 from mlmtrain.errors import UserError
 from mlmtrain.evaluate import evaluate_blocks
 from mlmtrain.masking import MaskingCollator, VocabInfo
@@ -142,15 +141,6 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _gather(ctx: DistContext, value: Any) -> list[Any]:
-    """Every rank's `value`, in rank order (a list of one when single-process)."""
-    if not ctx.distributed:
-        return [value]
-    out: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(out, value)
-    return out
 
 
 def _load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: str) -> Any:
@@ -566,7 +556,7 @@ class Loop:
                 f"the weights became non-finite by step {state.step}; no checkpoint written "
                 "(the last good one stays); lower optim.lr or keep optim.grad_clip > 0",
             )
-        rng = _gather(ctx, _rng_state())
+        rng = gather_objects(ctx, _rng_state())
 
         def write() -> Path:
             if eval_loss is not None and eval_loss < state.best_eval_loss:
