@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 import torch
 from safetensors import SafetensorError
 
 from mlmtrain.config import Config, save_config
 from mlmtrain.errors import UserError
+from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
 
 COMPLETE = "COMPLETE"
 STATE_FILE = "training_state.pt"
@@ -178,3 +181,60 @@ def load_training_state(folder: Path) -> dict[str, Any]:
         raise UserError(
             "checkpoint", f"{folder}/{STATE_FILE} is damaged ({type(error).__name__}); resume from an older checkpoint"
         ) from None
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: str) -> Any:
+    """The checkpoint's model, after checking it belongs to this config and tokenizer."""
+    from transformers import BertForMaskedLM
+
+    saved = json.loads((folder / "config.json").read_text())
+    expected = {
+        "hidden_size": cfg.model.hidden_size,
+        "num_hidden_layers": cfg.model.num_layers,
+        "num_attention_heads": cfg.model.num_heads,
+        "intermediate_size": cfg.model.intermediate_size,
+    }
+    for key, value in expected.items():
+        if saved.get(key) != value:
+            raise UserError(
+                "checkpoint",
+                f"{folder} was trained with {key}={saved.get(key)}, the config says {value}; "
+                "resume with the config of that run, or start afresh with --overwrite",
+            )
+    saved_fingerprint = tokenizer_fingerprint(load_tokenizer(folder))
+    if saved_fingerprint != fingerprint:
+        raise UserError(
+            "checkpoint",
+            f"{folder} was trained with another tokenizer than {cfg.tokenizer_dir} (tokenizer.path); "
+            "resume with the tokenizer of that run, or start afresh with --overwrite",
+        )
+    try:
+        model = BertForMaskedLM.from_pretrained(str(folder), attn_implementation="sdpa")
+    except Exception as error:  # truncated safetensors and friends
+        raise UserError(
+            "checkpoint",
+            f"cannot load the weights in {folder} ({type(error).__name__}: "
+            f"{str(error).splitlines()[0][:160]}); resume from an older checkpoint",
+        ) from None
+    if model.config.vocab_size < vocab_size:
+        raise UserError(
+            "checkpoint",
+            f"{folder} has {model.config.vocab_size} embedding rows, the tokenizer "
+            f"{vocab_size} tokens; it belongs to another run",
+        )
+    return model

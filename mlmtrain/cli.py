@@ -118,7 +118,7 @@ def eval_perplexity(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
     """Masked-LM perplexity of a checkpoint on a text source, with fixed (seeded) masks."""
-    from mlmtrain.evaluate import run_eval_command
+    from mlmtrain.commands import run_eval_command
 
     run_eval_command(
         model=model,
@@ -146,7 +146,7 @@ def fill_mask(
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
 ) -> None:
     """Top-k completions for each mask in TEXT, through transformers' fill-mask pipeline."""
-    from mlmtrain.evaluate import run_fill_mask_command
+    from mlmtrain.commands import run_fill_mask_command
 
     run_fill_mask_command(model=model, text=text, top_k=top_k, device=device)
 

@@ -1,5 +1,5 @@
 """MLM perplexity with fixed masks (training-time evaluation and `mlmtrain eval-perplexity`), pseudo-perplexity,
-and `mlmtrain fill-mask`.
+and loading a masked-LM folder for the commands.
 
 Masks come from the collator seeded with the evaluation seed and each block's index, so two evaluations
 of one model agree to the last digit and two models with one tokenizer see the same masked positions.
@@ -11,9 +11,7 @@ cuts them, and score them a chunk at a time, so memory stays bounded whatever th
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import re
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -330,7 +328,7 @@ def evaluate_texts(
 
 
 @contextmanager
-def _quiet_transformers() -> Iterator[None]:
+def quiet_transformers() -> Iterator[None]:
     """No loading bars or load reports from transformers: problems become our own one-line errors instead."""
     from transformers.utils import logging as hf_logging
 
@@ -345,7 +343,7 @@ def _quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def _check_checkpoint_folder(folder: Path) -> None:
+def check_checkpoint_folder(folder: Path) -> None:
     """A UserError naming every file a masked-LM checkpoint folder lacks (before transformers tries to load it)."""
     from mlmtrain.tokenizer import is_tokenizer_folder
 
@@ -373,12 +371,12 @@ def load_masked_lm(folder: Union[str, Path]) -> tuple[Any, Any]:
     from mlmtrain.tokenizer import load_tokenizer
 
     folder = Path(folder)
-    _check_checkpoint_folder(folder)
-    with _quiet_transformers():
+    check_checkpoint_folder(folder)
+    with quiet_transformers():
         try:
             config = AutoConfig.from_pretrained(folder)
         except Exception as error:  # bad JSON, unknown model_type: many types, one meaning
-            raise UserError("model", f"{folder}/config.json cannot be read: {_first_line(error)}") from error
+            raise UserError("model", f"{folder}/config.json cannot be read: {first_line(error)}") from error
         if config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
             raise UserError("model", f"{folder} holds a {config.model_type!r} model, which has no masked-LM head")
         try:
@@ -386,7 +384,7 @@ def load_masked_lm(folder: Union[str, Path]) -> tuple[Any, Any]:
         except Exception as error:  # safetensors, pickle and torch errors: a truncated or damaged file
             raise UserError(
                 "model",
-                f"cannot load the weights in {folder} ({_first_line(error)}); the file is truncated or corrupt: "
+                f"cannot load the weights in {folder} ({first_line(error)}); the file is truncated or corrupt: "
                 "copy the checkpoint again or use another one",
             ) from error
         tokenizer = load_tokenizer(folder)
@@ -406,180 +404,6 @@ def load_masked_lm(folder: Union[str, Path]) -> tuple[Any, Any]:
     return mlm.eval(), tokenizer
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
-
-
-def _device(name: str) -> torch.device:
-    from mlmtrain.distributed import resolve_device
-
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", name):
-        raise UserError("argument", f"--device must be auto, cpu, cuda or cuda:N (got {name!r})")
-    try:
-        return resolve_device(name)
-    except UserError as error:  # its message speaks of train.device
-        raise UserError("argument", error.message.replace("train.device", "--device")) from None
-
-
-def _checkpoint_seq_len(folder: Path) -> Optional[int]:
-    """data.seq_len of the mlmtrain.yaml saved beside the weights (None when the folder has none)."""
-    from mlmtrain.config import read_yaml
-
-    saved = folder / "mlmtrain.yaml"
-    if not saved.is_file():
-        return None
-    value = (read_yaml(saved).get("data") or {}).get("seq_len")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _positive(value: Optional[int], flag: str) -> None:
-    if value is not None and value < 1:
-        raise UserError("argument", f"{flag} must be >= 1 (got {value})")
-
-
-# ---------------------------------------------------------------------------------------------
-# Commands
-
-
-def run_eval_command(
-    model: Union[str, Path],
-    data: Optional[str],
-    config: Optional[Path],
-    overrides: Sequence[str],
-    seq_len: Optional[int],
-    seed: Optional[int],
-    batch_size: int,
-    max_blocks: Optional[int],
-    pseudo: bool,
-    max_tokens: Optional[int],
-    device: str,
-    as_json: bool,
-) -> EvalResult:
-    """`mlmtrain eval-perplexity`: perplexity of a masked-LM folder on --data (or the validation split of --config),
-    printed as a few aligned lines or one JSON object on stdout."""
-    from mlmtrain.config import load_config
-    from mlmtrain.corpus import corpus_splits, open_corpus
-
-    if data is None and config is None:
-        raise UserError("argument", "say what to evaluate on: --data SOURCE, or --config C for its validation split")
-    for value, flag in ((batch_size, "--batch-size"), (max_blocks, "--max-blocks"), (max_tokens, "--max-tokens")):
-        _positive(value, flag)
-    if max_tokens is not None and not pseudo:
-        raise UserError("argument", "--max-tokens caps --pseudo; for masked-LM perplexity use --max-blocks")
-    cfg = load_config(config, list(overrides))
-    folder = Path(model)
-    _check_checkpoint_folder(folder)  # before the slow parts, so a mistyped path fails at once
-    if data is not None:
-        corpus, source = open_corpus(data, cfg.data, key="--data"), data
-    else:
-        corpus, source = corpus_splits(cfg.data)[1], f"the validation split of {config}"
-    seq_len_from = "--seq-len"
-    if seq_len is None:
-        seq_len, seq_len_from = _checkpoint_seq_len(folder), f"data.seq_len of {folder / 'mlmtrain.yaml'}"
-    if seq_len is None:
-        seq_len, seq_len_from = DEFAULT_SEQ_LEN, "the default --seq-len"
-    if seq_len < 8:
-        raise UserError("argument", f"--seq-len must be >= 8 (got {seq_len})")
-    torch_device = _device(device)
-    mlm, tokenizer = load_masked_lm(folder)
-    positions = getattr(mlm.config, "max_position_embeddings", None)
-    if positions is not None and seq_len > positions:
-        raise UserError(
-            "argument",
-            f"{seq_len_from} is {seq_len}, beyond the model's {positions} positions (max_position_embeddings); "
-            f"pass --seq-len {positions} or less",
-        )
-    seed = cfg.masking.eval_seed if seed is None else seed
-    # bf16 autocast on GPUs that have it: the loss itself is still taken in float32 and summed in float64
-    use_bf16 = torch_device.type == "cuda" and torch.cuda.is_bf16_supported()
-    result = evaluate_texts(
-        mlm.to(torch_device),
-        tokenizer,
-        corpus,
-        seq_len,
-        cfg.masking,
-        seed,
-        batch_size,
-        torch_device,
-        torch.bfloat16 if use_bf16 else None,
-        max_blocks=max_blocks,
-        pseudo=pseudo,
-        max_tokens=max_tokens,
-        source=source,
-        progress=True,
-    )
-    report = {**result.as_dict(), "model": str(folder), "seq_len": seq_len, "seed": seed}
-    report["mode"] = "pseudo" if pseudo else "mlm"
-    if as_json:
-        print(json.dumps(_json_safe(report)), flush=True)
-    else:
-        print(_table(report, source), flush=True)
-    return result
-
-
-def _json_safe(value: Any) -> Any:
-    """JSON has no NaN or infinity: an undefined figure (one block has no interval) is null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    return value
-
-
-def _table(report: dict[str, Any], source: str) -> str:
-    pseudo = report["mode"] == "pseudo"
-    low, high = report["ci95"]
-    masks = "" if pseudo else f", seed {report['seed']}"
-    rows = [
-        ("model", report["model"]),
-        ("data", source),
-        ("blocks", f"{report['blocks']:,} x {report['seq_len']} tokens{masks}"),
-        ("tokens", f"{report['tokens']:,}"),
-        ("scored tokens" if pseudo else "masked tokens", f"{report['masked_tokens']:,}"),
-        ("loss", f"{report['loss']:.4f}"),
-        ("pseudo-perplexity" if pseudo else "perplexity", f"{report['perplexity']:.4f}"),
-        ("95% interval", f"{low:.4f} to {high:.4f}" if math.isfinite(low) else "n/a (needs 2 blocks or more)"),
-        ("seconds", f"{report['seconds']:.1f}"),
-    ]
-    width = max(len(name) for name, _ in rows) + 2
-    return "\n".join(f"{name:<{width}}{value}" for name, value in rows)
-
-
-def _fill_mask_lines(text: Optional[str]) -> Iterator[str]:
-    if text is not None:
-        yield text
-        return
-    for line in sys.stdin:
-        if line.strip():
-            yield line.rstrip("\r\n")
-
-
-def run_fill_mask_command(model: Union[str, Path], text: Optional[str], top_k: int, device: str) -> None:
-    """`mlmtrain fill-mask`: top-k completions with scores for every mask of TEXT (or of each stdin line)."""
-    from transformers import pipeline
-
-    _positive(top_k, "--top-k")
-    torch_device = _device(device)
-    mlm, tokenizer = load_masked_lm(model)
-    mask = tokenizer.mask_token
-    with _quiet_transformers():
-        fill = pipeline("fill-mask", model=mlm, tokenizer=tokenizer, device=torch_device)
-    for number, line in enumerate(_fill_mask_lines(text)):
-        # the literal [MASK] works whatever the model calls its mask token (<mask> for RoBERTa-style ones)
-        query = line.replace("[MASK]", mask) if mask != "[MASK]" else line
-        masks = query.count(mask)
-        if masks == 0:
-            raise UserError("fill-mask", f"no {mask} in {line!r}; put [MASK] where a word should be predicted")
-        predictions = fill(query, top_k=top_k)
-        if masks == 1:  # the pipeline nests the list only when there are several masks
-            predictions = [predictions]
-        lines = [""] if number else []
-        lines.append(line)
-        for which, candidates in enumerate(predictions, 1):
-            if masks > 1:
-                lines.append(f"  mask {which} of {masks}")
-            lines.extend(f"  {c['score']:.4f}  {c['token_str'].strip()}" for c in candidates)
-        print("\n".join(lines), flush=True)

@@ -7,20 +7,14 @@ the last), skip non-finite steps, clip, set the learning rate, step; then log, e
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
-import os
-import random
-import shutil
-import signal
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
 import torch
 
 from mlmtrain import checkpoint as ckpt
@@ -29,6 +23,7 @@ from mlmtrain.data import LiveMicroBatches, MicroBatches, StoreBlocks, batch_lay
 from mlmtrain.distributed import DistContext, all_reduce_sum, gather_objects, init_distributed, on_main, teardown
 from mlmtrain.errors import UserError
 from mlmtrain.evaluate import evaluate_blocks
+from mlmtrain.guard import RunLock, StopRequested, claim_run_dir
 from mlmtrain.masking import MaskingCollator, VocabInfo
 from mlmtrain.model import MaskedLM, build_model
 from mlmtrain.optim import build_optimizer, learning_rate, set_learning_rate
@@ -73,50 +68,6 @@ def _precision(cfg: Config, device: torch.device) -> Optional[torch.dtype]:
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[name]
 
 
-class RunLock:
-    """An exclusive lock on RUN_DIR held for the whole run; the kernel releases it if the process dies."""
-
-    def __init__(self, run_dir: Path) -> None:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        self.path = run_dir / ".lock"
-        self.handle = open(self.path, "a+")
-        try:
-            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.handle.seek(0)
-            owner = self.handle.read().strip() or "another process"
-            self.handle.close()
-            raise UserError(
-                "run",
-                f"{run_dir} is in use by a running mlmtrain ({owner}); wait for it to finish "
-                "or choose another train.run_dir",
-            ) from None
-        self.handle.seek(0)
-        self.handle.truncate()
-        self.handle.write(f"pid {os.getpid()}")
-        self.handle.flush()
-
-    def release(self) -> None:
-        fcntl.flock(self.handle, fcntl.LOCK_UN)
-        self.handle.close()
-
-
-def _claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool) -> None:
-    """Refuse to mix two runs in one folder unless the user said --resume or --overwrite."""
-    holds_run = (run_dir / "metrics.jsonl").exists() or ckpt.checkpoints_dir(run_dir).exists()
-    if holds_run and overwrite:
-        shutil.rmtree(ckpt.checkpoints_dir(run_dir), ignore_errors=True)
-        for name in ("metrics.jsonl", "run.json"):
-            (run_dir / name).unlink(missing_ok=True)
-        shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
-    elif holds_run and resume is None:
-        raise UserError(
-            "run",
-            f"{run_dir} already holds a run; pass --resume to continue it or --overwrite to "
-            "start afresh (or choose another train.run_dir)",
-        )
-
-
 def _ensure_data(cfg: Config) -> None:
     """Tokenize first when the store is missing or stale, so one command does the whole job (rank 0 only)."""
     if cfg.data.use_store:
@@ -126,63 +77,6 @@ def _ensure_data(cfg: Config) -> None:
         from mlmtrain.tokens import prepare_tokenizer
 
         prepare_tokenizer(cfg, corpus_splits(cfg.data)[0])
-
-
-def _rng_state() -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: str) -> Any:
-    """The checkpoint's model, after checking it belongs to this config and tokenizer."""
-    from transformers import BertForMaskedLM
-
-    saved = json.loads((folder / "config.json").read_text())
-    expected = {
-        "hidden_size": cfg.model.hidden_size,
-        "num_hidden_layers": cfg.model.num_layers,
-        "num_attention_heads": cfg.model.num_heads,
-        "intermediate_size": cfg.model.intermediate_size,
-    }
-    for key, value in expected.items():
-        if saved.get(key) != value:
-            raise UserError(
-                "checkpoint",
-                f"{folder} was trained with {key}={saved.get(key)}, the config says {value}; "
-                "resume with the config of that run, or start afresh with --overwrite",
-            )
-    saved_fingerprint = tokenizer_fingerprint(load_tokenizer(folder))
-    if saved_fingerprint != fingerprint:
-        raise UserError(
-            "checkpoint",
-            f"{folder} was trained with another tokenizer than {cfg.tokenizer_dir} (tokenizer.path); "
-            "resume with the tokenizer of that run, or start afresh with --overwrite",
-        )
-    try:
-        model = BertForMaskedLM.from_pretrained(str(folder), attn_implementation="sdpa")
-    except Exception as error:  # truncated safetensors and friends
-        raise UserError(
-            "checkpoint",
-            f"cannot load the weights in {folder} ({type(error).__name__}: "
-            f"{str(error).splitlines()[0][:160]}); resume from an older checkpoint",
-        ) from None
-    if model.config.vocab_size < vocab_size:
-        raise UserError(
-            "checkpoint",
-            f"{folder} has {model.config.vocab_size} embedding rows, the tokenizer "
-            f"{vocab_size} tokens; it belongs to another run",
-        )
-    return model
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,7 +94,7 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
     # Rank 0 alone locks, checks and tokenizes; on_main shares its verdict, so a refusal stops every rank at once.
     lock = on_main(ctx, lambda: RunLock(run_dir))
     try:
-        on_main(ctx, lambda: _claim_run_dir(run_dir, resume, overwrite))
+        on_main(ctx, lambda: claim_run_dir(run_dir, resume, overwrite))
         on_main(ctx, lambda: _ensure_data(cfg))
         resume_from = ckpt.resolve_resume(run_dir, resume) if resume else None
         if ctx.is_main and resume == "auto" and resume_from is None:
@@ -229,7 +123,7 @@ def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Pat
     saved: dict[str, Any] = {}
     if resume_from is not None:
         saved = ckpt.load_training_state(resume_from)
-        mlm = _load_resume_model(resume_from, cfg, len(tokenizer), fingerprint)
+        mlm = ckpt.load_resume_model(resume_from, cfg, len(tokenizer), fingerprint)
         state = TrainState(**saved["train_state"])
         # micro_batches counts this rank's micro-batches; another world size or micro-batch takes the same global
         # batches in other bites, so carry the position over in whole global batches.
@@ -301,7 +195,7 @@ def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Pat
             )
     batches = iter(loader)  # starting a DataLoader draws from the global RNG: seed or restore it afterwards
     if saved and ctx.rank < len(saved["rng"]):
-        _set_rng_state(saved["rng"][ctx.rank])  # each rank its own: dropout continues as if never stopped
+        ckpt.set_rng_state(saved["rng"][ctx.rank])  # each rank its own: dropout continues as if never stopped
     else:  # a fresh run, or a rank the saved run did not have
         torch.manual_seed(cfg.train.seed + ctx.rank)  # dropout differs across ranks, reproducibly
     loop = Loop(
@@ -326,25 +220,6 @@ def _eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
         say(f"evaluation disabled: {error.message}")
         return None
     return blocks, evaluation_blocks(blocks, cfg.train.eval_max_blocks)
-
-
-class StopRequested:
-    """Turns SIGINT / SIGTERM into a flag checked between steps, so a step is never cut in half."""
-
-    def __init__(self) -> None:
-        self.flag = False
-        self._previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._handle)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.flag:  # a second Ctrl-C means "now"
-            raise KeyboardInterrupt
-        self.flag = True
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 class Loop:
@@ -556,7 +431,7 @@ class Loop:
                 f"the weights became non-finite by step {state.step}; no checkpoint written "
                 "(the last good one stays); lower optim.lr or keep optim.grad_clip > 0",
             )
-        rng = gather_objects(ctx, _rng_state())
+        rng = gather_objects(ctx, ckpt.rng_state())
 
         def write() -> Path:
             if eval_loss is not None and eval_loss < state.best_eval_loss:

@@ -19,9 +19,10 @@ import pytest
 import torch
 
 from mlmtrain.cli import main
+from mlmtrain.commands import run_eval_command
 from mlmtrain.config import Config, DataConfig, MaskingConfig, ModelConfig, TokenizerConfig, save_config
 from mlmtrain.corpus import open_corpus
-from mlmtrain.evaluate import PackedBlocks, evaluate_texts, run_eval_command
+from mlmtrain.evaluate import PackedBlocks, evaluate_texts
 from mlmtrain.masking import MaskingCollator, VocabInfo
 from mlmtrain.model import MaskedLM, build_model
 from mlmtrain.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
