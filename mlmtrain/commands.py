@@ -24,6 +24,8 @@ from mlmtrain.evaluate import (
     load_masked_lm,
     quiet_transformers,
 )
+from mlmtrain.masking import evaluation_masking
+from mlmtrain.precision import resolve_precision
 
 
 def _device(name: str) -> torch.device:
@@ -102,18 +104,18 @@ def run_eval_command(
             f"pass --seq-len {positions} or less",
         )
     seed = cfg.masking.eval_seed if seed is None else seed
-    # bf16 autocast on GPUs that have it: the loss itself is still taken in float32 and summed in float64
-    use_bf16 = torch_device.type == "cuda" and torch.cuda.is_bf16_supported()
+    # autocast as `pretrain` picks it for train.precision auto (bf16 on GPUs and AMX CPUs): the loss itself is
+    # still taken in float32 and summed in float64
     result = evaluate_texts(
         mlm.to(torch_device),
         tokenizer,
         corpus,
         seq_len,
-        cfg.masking,
+        evaluation_masking(cfg.masking),  # the classic 15 % masks, whatever masking the config trains with
         seed,
         batch_size,
         torch_device,
-        torch.bfloat16 if use_bf16 else None,
+        resolve_precision("auto", torch_device).dtype,
         max_blocks=max_blocks,
         pseudo=pseudo,
         max_tokens=max_tokens,

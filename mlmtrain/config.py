@@ -29,6 +29,11 @@ def _f(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
 
+def _default(cls: type, name: str) -> Any:
+    """The declared default of one field of a section dataclass."""
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+
+
 def _check(ok: bool, key: str, message: str) -> None:
     if not ok:
         raise UserError("config", f"{key} {message}")
@@ -96,12 +101,22 @@ class MaskingConfig:
         False, "select exactly round(rate x maskable tokens) per block (static shapes) instead of a coin per token"
     )
     eval_seed: int = _f(1234, "seed of the fixed evaluation masks")
+    eval_mlm_probability: float = _f(
+        0.15,
+        "share of ordinary tokens evaluations mask, 80/10/10 and a coin per token, whatever the training masking "
+        "above: perplexities stay comparable across recipes",
+    )
 
     def validate(self) -> None:
         _check(
             0.0 < self.mlm_probability < 1.0,
             "masking.mlm_probability",
             f"must be in (0, 1) (got {self.mlm_probability})",
+        )
+        _check(
+            0.0 < self.eval_mlm_probability < 1.0,
+            "masking.eval_mlm_probability",
+            f"must be in (0, 1) (got {self.eval_mlm_probability})",
         )
         _check(0.0 <= self.mask_replace <= 1.0, "masking.mask_replace", "must be in [0, 1]")
         _check(0.0 <= self.random_replace <= 1.0, "masking.random_replace", "must be in [0, 1]")
@@ -119,8 +134,11 @@ class ModelConfig:
     num_heads: int = _f(4, "attention heads; must divide hidden_size")
     intermediate_size: int = _f(1024, "width of the feed-forward layer")
     max_position_embeddings: int = _f(512, "longest sequence the model can take")
-    hidden_dropout: float = _f(0.1, "dropout on hidden states")
-    attention_dropout: float = _f(0.1, "dropout on attention probabilities")
+    dropout: Union[float, None] = _f(
+        None, "hidden and attention dropout in one key (0: none, as Cramming and ModernBERT train); null: the two below"
+    )
+    hidden_dropout: float = _f(0.1, "dropout on hidden states (model.dropout, when set, replaces it)")
+    attention_dropout: float = _f(0.1, "dropout on attention probabilities (model.dropout, when set, replaces it)")
     sparse_head: bool = _f(True, "run the MLM head on the selected positions only (same loss, less work)")
     pad_vocab_multiple: int = _f(1, "round the embedding rows up to a multiple of this (64 suits GPUs)")
 
@@ -139,8 +157,28 @@ class ModelConfig:
             "model.hidden_size",
             f"({self.hidden_size}) must be divisible by model.num_heads ({self.num_heads})",
         )
-        for name in ("hidden_dropout", "attention_dropout"):
-            _check(0.0 <= getattr(self, name) < 1.0, f"model.{name}", "must be in [0, 1)")
+        for name in ("dropout", "hidden_dropout", "attention_dropout"):
+            value = getattr(self, name)
+            _check(value is None or 0.0 <= value < 1.0, f"model.{name}", "must be in [0, 1)")
+        if self.dropout is not None:
+            # model.dropout replaces both; a specific key changed from its default as well would be silently lost
+            for name in ("hidden_dropout", "attention_dropout"):
+                value, default = getattr(self, name), _default(ModelConfig, name)
+                _check(
+                    value in (default, self.dropout),
+                    f"model.{name}",
+                    f"({value}) contradicts model.dropout ({self.dropout}); set one of them",
+                )
+
+    @property
+    def hidden_dropout_prob(self) -> float:
+        """The dropout on hidden states the model gets: model.dropout when set, else model.hidden_dropout."""
+        return self.hidden_dropout if self.dropout is None else self.dropout
+
+    @property
+    def attention_dropout_prob(self) -> float:
+        """The dropout on attention probabilities the model gets: model.dropout when set, else attention_dropout."""
+        return self.attention_dropout if self.dropout is None else self.dropout
 
 
 @dataclass
@@ -151,7 +189,12 @@ class OptimConfig:
     beta2: float = _f(0.98, "AdamW beta2")
     eps: float = _f(1e-6, "AdamW epsilon")
     warmup_steps: int = _f(100, "steps of linear warm-up from 0 to lr")
-    schedule: Literal["linear", "cosine", "constant"] = _f("linear", "decay after warm-up")
+    schedule: Literal["linear", "cosine", "constant", "one-cycle"] = _f(
+        "linear",
+        "decay after warm-up; one-cycle: a triangle over the budget (up to lr at cycle_peak, then down; "
+        "warmup_steps unused), as Cramming trains",
+    )
+    cycle_peak: float = _f(0.5, "one-cycle: the share of the budget at which the learning rate peaks")
     min_lr_ratio: float = _f(0.0, "the schedule ends at lr x this")
     grad_clip: float = _f(1.0, "clip the global gradient norm to this; 0 disables clipping")
 
@@ -162,6 +205,7 @@ class OptimConfig:
         _check(self.eps > 0, "optim.eps", "must be > 0")
         _check(self.warmup_steps >= 0, "optim.warmup_steps", f"must be >= 0 (got {self.warmup_steps})")
         _check(0 <= self.min_lr_ratio <= 1, "optim.min_lr_ratio", "must be in [0, 1]")
+        _check(0 < self.cycle_peak < 1, "optim.cycle_peak", f"must be in (0, 1) (got {self.cycle_peak})")
         _check(self.grad_clip >= 0, "optim.grad_clip", "must be >= 0")
 
 

@@ -7,6 +7,7 @@ all see the same masks for the same block. No global RNG is touched.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -216,6 +217,20 @@ def mask_tokens(
     masked = torch.where(to_mask, vocab.mask_id, torch.where(to_random, random_ids, ids))
     labels = torch.where(selected, ids, IGNORE_INDEX)
     return masked, labels
+
+
+def evaluation_masking(cfg: MaskingConfig) -> MaskingConfig:
+    """The masking of an evaluation: the classic BERT masks (Devlin et al. 2019: a coin per token, 80/10/10) at
+    `eval_mlm_probability` (15 %), whatever rate, fixed count or whole-word choice the training recipe uses, so
+    perplexities of models trained with other masking stay comparable."""
+    return dataclasses.replace(
+        cfg,
+        mlm_probability=cfg.eval_mlm_probability,
+        mask_replace=0.8,
+        random_replace=0.1,
+        whole_word=False,
+        fixed_count=False,
+    )
 
 
 def _as_int64(x: Any) -> torch.Tensor:

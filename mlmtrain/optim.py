@@ -82,7 +82,15 @@ def learning_rate(step: int, progress: float, cfg: OptimConfig, warmup_end_progr
         linear:   lr * (1 - (1 - min_lr_ratio) * t)
         cosine:   lr * (min_lr_ratio + (1 - min_lr_ratio) * (1 + cos(pi * t)) / 2)
         constant: lr
+
+    one-cycle (Cramming's triangle) is measured in budget from the start, warm-up included, so it fits any budget
+    (steps, tokens or time) with no step count to tune: with p = progress and c = cycle_peak,
+
+        p <= c:   lr * max(p / c, min_lr_ratio)          (the first step, at p = 0, runs at lr * min_lr_ratio)
+        p >  c:   lr * (1 - (1 - min_lr_ratio) * (p - c) / (1 - c))
     """
+    if cfg.schedule == "one-cycle":
+        return _one_cycle(min(max(progress, 0.0), 1.0), cfg)
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / (cfg.warmup_steps + 1)
     if cfg.schedule == "constant":
@@ -104,3 +112,11 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Set `lr` on every parameter group (both groups share one schedule)."""
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+def _one_cycle(progress: float, cfg: OptimConfig) -> float:
+    """The triangle of `learning_rate`'s docstring: up to lr at cycle_peak, then down to lr * min_lr_ratio."""
+    if progress <= cfg.cycle_peak:
+        return cfg.lr * max(progress / cfg.cycle_peak, cfg.min_lr_ratio)
+    fall = (progress - cfg.cycle_peak) / (1.0 - cfg.cycle_peak)
+    return cfg.lr * (1.0 - (1.0 - cfg.min_lr_ratio) * fall)

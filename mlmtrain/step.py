@@ -24,6 +24,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
 from mlmtrain.model import MaskedLM, build_model
 from mlmtrain.optim import apply_optim_config, build_optimizer, learning_rate, set_learning_rate
+from mlmtrain.precision import Precision, resolve_precision
 from mlmtrain.progress import say
 from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
 from mlmtrain.tokens import TokenStore
@@ -44,14 +45,6 @@ class TrainState:
     warmup_end_progress: float = 0.0  # budget share used when warm-up ended: decay is measured from there
 
 
-def _precision(cfg: Config, device: torch.device) -> Optional[torch.dtype]:
-    """The autocast dtype (None: plain fp32)."""
-    name = cfg.train.precision
-    if name == "auto":
-        name = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[name]
-
-
 @dataclass
 class Parts:
     """What a run trains with: `build_parts` makes them, fresh or from a checkpoint; `train_step` uses them."""
@@ -62,13 +55,17 @@ class Parts:
     model: torch.nn.Module  # what a step calls: MaskedLM around mlm, compiled and/or wrapped in DDP
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
-    autocast_dtype: Optional[torch.dtype]
+    precision: Precision
     tokenizer: Any
     vocab: VocabInfo
     layout: BatchLayout
     state: TrainState
     batches: Iterator[dict[str, torch.Tensor]]  # micro-batches from the state's data position on
     saved: dict[str, Any]  # the checkpoint's training state; empty for a fresh run
+
+    @property
+    def autocast_dtype(self) -> Optional[torch.dtype]:
+        return self.precision.dtype
 
     def autocast(self) -> Any:
         if self.autocast_dtype is None:
@@ -111,8 +108,8 @@ def build_parts(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
             model, device_ids=[device.index] if device.type == "cuda" else None
         )
     optimizer = build_optimizer(mlm, cfg.optim, device)
-    autocast_dtype = _precision(cfg, device)
-    scaler = torch.amp.GradScaler(device.type, enabled=autocast_dtype == torch.float16)
+    precision = resolve_precision(cfg.train.precision, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision.dtype == torch.float16)
     if saved:
         optimizer.load_state_dict(saved["optimizer"])
         scaler.load_state_dict(saved["scaler"])
@@ -132,9 +129,7 @@ def build_parts(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
         ckpt.set_rng_state(saved["rng"][ctx.rank])  # each rank its own: dropout continues as if never stopped
     else:  # a fresh run, or a rank the saved run did not have
         torch.manual_seed(cfg.train.seed + ctx.rank)  # dropout differs across ranks, reproducibly
-    return Parts(
-        cfg, ctx, mlm, model, optimizer, scaler, autocast_dtype, tokenizer, vocab, layout, state, batches, saved
-    )
+    return Parts(cfg, ctx, mlm, model, optimizer, scaler, precision, tokenizer, vocab, layout, state, batches, saved)
 
 
 def _micro_batches(

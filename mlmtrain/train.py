@@ -21,6 +21,7 @@ from mlmtrain.distributed import DistContext, gather_objects, init_distributed, 
 from mlmtrain.errors import UserError
 from mlmtrain.evaluate import evaluate_blocks
 from mlmtrain.guard import RunLock, StopRequested, claim_run_dir
+from mlmtrain.masking import evaluation_masking
 from mlmtrain.progress import Reporter, say
 from mlmtrain.step import Parts, StepResult, budget_progress, build_parts, train_step
 from mlmtrain.tokenizer import tokenizer_fingerprint
@@ -104,11 +105,13 @@ def _announce(parts: Parts, run_dir: Path, resume_from: Optional[Path]) -> None:
     (run_dir / "run.json").write_text(json.dumps(facts, indent=1))
     params = sum(p.numel() for p in parts.mlm.parameters())
     say(
-        f"pretrain: {params / 1e6:.1f}M parameters on {ctx.device} ({parts.autocast_dtype or 'fp32'}), "
+        f"pretrain: {params / 1e6:.1f}M parameters on {ctx.device} ({parts.precision.describe()}), "
         f"{ctx.world_size} process(es), global batch {layout.global_batch} x {cfg.data.seq_len} tokens "
         f"(micro-batch {layout.micro_batch_size}, accumulation {layout.accum_steps})"
         + (f", resuming from {resume_from} at step {parts.state.step}" if resume_from else "")
     )
+    if parts.precision.warning:
+        say(parts.precision.warning)
     if parts.saved and parts.saved.get("world_size", 1) != ctx.world_size:
         say(
             f"note: the checkpoint was written by {parts.saved.get('world_size', 1)} process(es); the data order "
@@ -211,7 +214,7 @@ class Loop:
             blocks,
             indices,
             parts.vocab,
-            self.cfg.masking,
+            evaluation_masking(self.cfg.masking),
             self.cfg.masking.eval_seed,
             parts.layout.micro_batch_size,
             self.ctx.device,

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from unittest.mock import ANY
 
 import numpy as np
 import pytest
@@ -141,8 +142,11 @@ def test_same_seed_gives_the_same_number_and_the_seed_matters(tiny, capsys):
     assert {k: v for k, v in first.items() if k != "seconds"} == {k: v for k, v in second.items() if k != "seconds"}
     other = eval_json(capsys, folder, data=str(text), seed=99)
     assert other["perplexity"] != first["perplexity"]
-    denser = eval_json(capsys, folder, data=str(text), overrides=["masking.mlm_probability=0.4"])
+    denser = eval_json(capsys, folder, data=str(text), overrides=["masking.eval_mlm_probability=0.4"])
     assert denser["masked_tokens"] > 2 * first["masked_tokens"]
+    # the training masking of a config (rate, fixed count) leaves evaluation at the classic masks
+    recipe = ["masking.mlm_probability=0.4", "masking.fixed_count=true", "masking.mask_replace=0.9"]
+    assert eval_json(capsys, folder, data=str(text), overrides=recipe) == {**first, "seconds": ANY}
 
 
 def test_config_supplies_the_validation_text_and_masking(tiny, tmp_path, capsys):

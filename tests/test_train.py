@@ -154,3 +154,13 @@ def test_max_time_budget_stops_on_time_and_stretches_the_schedule(tiny_config) -
     assert lrs[1] == max(lrs)  # warm-up ends at step 1, then linear decay over the time budget
     assert lrs[-1] < 0.2 * max(lrs)
     assert all(a >= b for a, b in zip(lrs[1:-1], lrs[2:], strict=True))
+
+
+def test_training_time_evaluation_keeps_the_classic_masks(tiny_config, tmp_path: Path) -> None:
+    """A recipe that trains on 40 % fixed-count masks is evaluated on the same 15 % masks as the default one."""
+    evaluated = {}
+    for name, masking in (("classic", {}), ("recipe", {"masking.mlm_probability": 0.4, "masking.fixed_count": True})):
+        run_dir = tmp_path / name
+        pretrain(tiny_config(**masking, **{"train.run_dir": str(run_dir), "train.max_steps": 5}))
+        evaluated[name] = [m["eval_masked_tokens"] for m in metrics(run_dir) if "eval_masked_tokens" in m]
+    assert evaluated["classic"] == evaluated["recipe"] != []
