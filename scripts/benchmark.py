@@ -4,6 +4,7 @@ in time to a target perplexity, and in how cost grows with sequence length and m
     python scripts/benchmark.py                                   # every section: mini, seq 128, batch 32
     python scripts/benchmark.py --quick                           # a smoke test: tiny sizes, a minute or two
     python scripts/benchmark.py --sections throughput,limit --size base --batch 256 --precision bf16
+    python scripts/benchmark.py --sections recipes --fast-set masking.mlm_probability=0.4
 
 1. throughput: steady-state training tokens/s of `mlmtrain pretrain` against `transformers.Trainer` +
    `DataCollatorForLanguageModeling` + `BertForMaskedLM` on text grouped into blocks as run_mlm.py does it.
@@ -11,9 +12,14 @@ in time to a target perplexity, and in how cost grows with sequence length and m
    already in memory; ours / limit is what the loop and the data path leave of it.
 3. quality: training seconds (evaluation excluded) each side needs to reach a target validation perplexity, from
    the same initial weights, each with its default recipe, scored by one evaluator (`evaluate_blocks`, fixed masks).
-4. recipe: both sides with OUR hyperparameters for the same steps, validation perplexity by step (per step, our
+4. tuned: as quality, but the HF recipe gets our learning rate, warm-up and schedule (over its time budget), and
+   the target is the perplexity it reaches in the budget.
+5. recipe: both sides with OUR hyperparameters for the same steps, validation perplexity by step (per step, our
    sparse head, masking and loop must learn at least as well as the recipe).
-5. growth: tokens/s and peak memory of the bare step for several seq_len and model sizes.
+6. precision: ours in fp32 and in bf16 for the same steps and seed: the speed-up, and perplexity within ~2 %.
+7. recipes: the shipped config, the fast recipe (FAST_RECIPE) and the HF recipe given our schedule at equal wall
+   time: validation perplexity on the classic 15 % masks, and the downstream probe where `mlmtrain probe` exists.
+8. growth: tokens/s and peak memory of the bare step for several seq_len and model sizes.
 
 Every contestant runs in a process of its own (its own allocator and peak memory) and is timed the same way: wall
 time from the end of warm-up step k to the end of the last step n, tokens/s = (tokens_n - tokens_k) / (t_n - t_k).
@@ -50,29 +56,48 @@ from mlmtrain.config import Config, DataConfig, load_config
 from mlmtrain.data import MicroBatches, StoreBlocks, batch_layout, evaluation_blocks
 from mlmtrain.errors import UserError
 from mlmtrain.evaluate import evaluate_blocks
-from mlmtrain.masking import MaskingCollator, VocabInfo
+from mlmtrain.masking import MaskingCollator, VocabInfo, evaluation_masking
 from mlmtrain.model import MaskedLM, build_model, flops_per_token
-from mlmtrain.optim import build_optimizer
+from mlmtrain.optim import build_optimizer, learning_rate
+from mlmtrain.precision import cpu_bf16_support, resolve_precision
 from mlmtrain.progress import say
 from mlmtrain.tokenizer import load_tokenizer
 from mlmtrain.tokens import TokenStore, tokenize_corpus
 
 REPO = Path(__file__).resolve().parent.parent
 WIKI = REPO.parent / "shared" / "corpora" / "wikipedia-vital-summaries"
-SECTIONS = ("throughput", "limit", "quality", "recipe", "growth")
+SECTIONS = ("throughput", "limit", "quality", "tuned", "recipe", "precision", "recipes", "growth")
 H200_DENSE_BF16_TFLOPS = 989.0
 HF_MLM_PROBABILITY = 0.15  # what run_mlm.py hands DataCollatorForLanguageModeling
-AUTOCAST = {"fp32": None, "bf16": torch.bfloat16}
 LABELS = {"ours": "mlmtrain pretrain", "hf": "HF Trainer recipe", "bare": "bare step (limit)"}
+# The fast recipe the `recipes` section sets against the shipped default: no dropout (Cramming, ModernBERT), 25 %
+# of the tokens masked with a fixed count per block (Cramming), Cramming's one-cycle triangle over the budget.
+# --fast-set KEY=VALUE changes it for a run (e.g. masking.mlm_probability=0.4, Wettig et al.'s rate).
+FAST_RECIPE = {
+    "model.dropout": 0.0,
+    "masking.mlm_probability": 0.25,
+    "masking.fixed_count": True,
+    "optim.schedule": "one-cycle",
+}
+PROBE_TASK = REPO.parent / "shared" / "tasks" / "wikipedia-vital-topics"
 
 # Issue 7's targets. CPU: 2 cores, fp32, mini; GPU: H200, bf16, base. Other settings print them for orientation.
 TARGETS = {
-    "cpu": {"throughput_ratio": 3.0, "limit_share": 0.95, "time_ratio": 1 / 3, "same_step_ppl_ratio": 1.0},
+    "cpu": {
+        "throughput_ratio": 3.0,
+        "limit_share": 0.95,
+        "time_ratio": 1 / 3,
+        "tuned_time_ratio": 1 / 4,
+        "same_step_ppl_ratio": 1.0,
+        "bf16_ppl_drift": 0.02,
+    },
     "cuda": {
         "throughput_ratio": 2.0,
         "limit_share": 0.95,
         "time_ratio": 1 / 3,
+        "tuned_time_ratio": 1 / 4,
         "same_step_ppl_ratio": 1.0,
+        "bf16_ppl_drift": 0.02,
         "mfu": 0.40,
     },
 }
@@ -125,7 +150,8 @@ class Setup:
 
     args: argparse.Namespace
     device: str
-    precision: str
+    precision: str  # ours: train.precision (auto unless --precision)
+    hf_precision: str  # the HF recipe's: bf16 on CUDA (its --bf16), else fp32 (its default), unless --precision
     train_text: Path
     valid_text: Path
     data_dir: Path  # tokenizer/ and tokens/, built once by `tokenize`
@@ -161,6 +187,10 @@ class Setup:
         }
         values.update(extra or {})
         return [f"{key}={_yaml_scalar(value)}" for key, value in values.items()]
+
+    def hf(self, run_dir: Path, extra: Optional[dict] = None) -> list[str]:
+        """The HF side's overrides: the shared ones at the HF recipe's own precision."""
+        return self.overrides(run_dir, extra={"train.precision": self.hf_precision, **(extra or {})})
 
     def ours(self, run_dir: Path, seq_len: Optional[int] = None, extra: Optional[dict] = None) -> list[str]:
         """Our side's overrides: the shared ones, then the pass-through --set options (compile, vocab padding...)."""
@@ -207,11 +237,12 @@ def prepare(args: argparse.Namespace) -> Setup:
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise BenchmarkError(f"--device {device}, but this torch sees no GPU; use --device cpu (or auto)")
-    precision = args.precision or ("bf16" if device.startswith("cuda") else "fp32")
+    hf_precision = args.precision or ("bf16" if device.startswith("cuda") else "fp32")
     work_dir = Path(args.work_dir)
     train_text, valid_text = text_files(args.train, args.valid, work_dir)
     digest = hashlib.blake2b(f"{train_text}\n{valid_text}".encode(), digest_size=4).hexdigest()
-    setup = Setup(args, device, precision, train_text, valid_text, work_dir / f"data-v{args.vocab_size}-{digest}")
+    data_dir = work_dir / f"data-v{args.vocab_size}-{digest}"
+    setup = Setup(args, device, args.precision or "auto", hf_precision, train_text, valid_text, data_dir)
     tokenize_corpus(load_config(setup.config_path(), setup.overrides(setup.run_dir("tokenize"))), quiet=True)
     return setup
 
@@ -324,11 +355,12 @@ def _evaluator(cfg: Config, tokenizer: Any) -> Callable[[Any], Any]:
     """model -> EvalResult with our evaluator and settings: the blocks, masks, batch and precision `pretrain` uses."""
     vocab = VocabInfo.from_tokenizer(tokenizer)
     blocks, indices = _eval_set(cfg, tokenizer)
-    seed, batch_size, autocast_dtype = cfg.masking.eval_seed, cfg.train.batch_size, AUTOCAST[cfg.train.precision]
+    seed, batch_size, masking = cfg.masking.eval_seed, cfg.train.batch_size, evaluation_masking(cfg.masking)
 
     def evaluate(mlm: Any) -> Any:
         device = next(mlm.parameters()).device
-        return evaluate_blocks(mlm, blocks, indices, vocab, cfg.masking, seed, batch_size, device, autocast_dtype)
+        autocast_dtype = resolve_precision(cfg.train.precision, device).dtype
+        return evaluate_blocks(mlm, blocks, indices, vocab, masking, seed, batch_size, device, autocast_dtype)
 
     return evaluate
 
@@ -355,7 +387,10 @@ def run_mlm_blocks(tokenizer: Any, text_file: str, seq_len: int, cache_dir: str)
 def recipe_arguments(cfg: Config, spec: dict[str, Any]) -> dict[str, Any]:
     """TrainingArguments as a run_mlm.py user passes them: only batch, precision and output are set, plus (for the
     throughput run) max_steps. Logging stays at its default (every 500 steps): the timing callback needs none, and
-    logging every step would charge the recipe a host sync per step. No checkpoints, no reporting."""
+    logging every step would charge the recipe a host sync per step. No checkpoints, no reporting.
+
+    Modes recipe and tuned give it our hyperparameters; their learning rate follows our schedule exactly
+    (`clocked_schedule`), by step for recipe, over the time budget for tuned (whose clock ends the run)."""
     arguments = {
         "output_dir": spec["run_dir"],
         "per_device_train_batch_size": cfg.train.batch_size,
@@ -367,10 +402,10 @@ def recipe_arguments(cfg: Config, spec: dict[str, Any]) -> dict[str, Any]:
     }
     if spec["mode"] == "throughput":
         arguments.update(max_steps=spec["steps"])
-    if spec["mode"] == "recipe":  # our hyperparameters, so the two differ only in head, masking and loop
+    if spec["mode"] in ("recipe", "tuned"):  # our hyperparameters, so the two differ only in head, masking and loop
         optim = cfg.optim
         arguments.update(
-            max_steps=spec["steps"],
+            max_steps=spec["steps"] if spec["mode"] == "recipe" else 10**7,  # tuned: the clock stops it
             learning_rate=optim.lr,
             warmup_steps=optim.warmup_steps,
             weight_decay=optim.weight_decay,
@@ -378,9 +413,6 @@ def recipe_arguments(cfg: Config, spec: dict[str, Any]) -> dict[str, Any]:
             adam_beta2=optim.beta2,
             adam_epsilon=optim.eps,
             max_grad_norm=optim.grad_clip,
-            lr_scheduler_type={"linear": "linear", "cosine": "cosine", "constant": "constant_with_warmup"}[
-                optim.schedule
-            ],
             seed=cfg.train.seed,
         )
     return arguments  # quality: defaults (lr 5e-5, linear decay over 3 epochs, no warm-up, no weight decay)
@@ -397,16 +429,21 @@ def hf_worker(spec: dict[str, Any]) -> dict[str, Any]:
     torch.manual_seed(cfg.train.seed)  # the same initial weights as ours: same seed, same build_model
     model = build_model(cfg.model, vocab_size=len(tokenizer), pad_id=tokenizer.pad_token_id)
 
-    evaluate = _evaluator(cfg, tokenizer) if spec["mode"] in ("quality", "recipe") else None
+    evaluate = _evaluator(cfg, tokenizer) if spec["mode"] in ("quality", "tuned", "recipe") else None
     clock = StepClock(device, evaluate, spec.get("eval_every", 0), spec.get("budget"))
+    ours = spec["mode"] in ("recipe", "tuned")
     trainer = Trainer(
         model=model,
         args=TrainingArguments(**recipe_arguments(cfg, spec)),
         train_dataset=dataset,
         data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=HF_MLM_PROBABILITY),
         callbacks=[clock],
+        optimizers=clocked_schedule(model, cfg, clock, spec) if ours else (None, None),
     )
     trainer.train()
+    if spec.get("save_to"):  # a model folder for the downstream probe
+        model.save_pretrained(spec["save_to"])
+        tokenizer.save_pretrained(spec["save_to"])
     tokens_per_step = cfg.train.batch_size * cfg.data.seq_len  # grouped blocks are full: no padding to count
     return {
         "points": [((i + 1) * tokens_per_step, t) for i, t in enumerate(clock.ends)],
@@ -414,6 +451,26 @@ def hf_worker(spec: dict[str, Any]) -> dict[str, Any]:
         "steps": len(clock.ends),
         **_peak_device_memory(device),
     }
+
+
+def clocked_schedule(model: Any, cfg: Config, clock: StepClock, spec: dict[str, Any]) -> tuple[Any, Any]:
+    """Our AdamW (`build_optimizer`) and a LambdaLR that follows our `learning_rate`: progress is step / steps
+    (recipe) or the recipe's training seconds / budget (tuned), so the HF recipe gets our lr, warm-up and schedule,
+    stretched over its own time budget as `pretrain` stretches ours."""
+    optimizer = build_optimizer(model, cfg.optim, torch.device(cfg.train.device))
+    warmup_end = [0.0]
+
+    def progress(step: int) -> float:
+        if spec.get("budget"):
+            return clock.seconds() / spec["budget"] if clock.start else 0.0  # 0 before training begins
+        return step / spec["steps"]
+
+    def factor(step: int) -> float:
+        if step == cfg.optim.warmup_steps:
+            warmup_end[0] = progress(step)
+        return learning_rate(step, progress(step), cfg.optim, warmup_end[0]) / cfg.optim.lr
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def _batches_in_memory(cfg: Config, tokenizer: Any, vocab: VocabInfo, device: torch.device, count: int) -> list:
@@ -449,7 +506,7 @@ def bare_worker(spec: dict[str, Any]) -> dict[str, Any]:
         model = torch.compile(model)
     optimizer = build_optimizer(mlm, cfg.optim, device)
     batches = _batches_in_memory(cfg, tokenizer, vocab, device, count=min(spec["steps"], 8))
-    autocast_dtype = AUTOCAST[cfg.train.precision]
+    autocast_dtype = resolve_precision(cfg.train.precision, device).dtype
     clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
     tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
     # Only the two stamps the rate uses need finished kernels; syncing every step would cost the limit a little.
@@ -577,7 +634,7 @@ def _throughput_run(setup: Setup, name: str, round_number: int) -> dict[str, Any
     spec = {"config": str(setup.config_path()), "steps": a.steps, "warmup_steps": a.warmup_steps}
     if name == "hf":
         spec.update(mode="throughput", train_text=str(setup.train_text), hf_cache=str(setup.work_dir / "hf-datasets"))
-        return run_worker("hf", dict(spec, overrides=setup.overrides(run_dir)), run_dir)
+        return run_worker("hf", dict(spec, overrides=setup.hf(run_dir)), run_dir)
     return run_worker("bare", dict(spec, overrides=setup.ours(run_dir)), run_dir)
 
 
@@ -634,7 +691,7 @@ def _hf_spec(setup: Setup, run_dir: Path, mode: str, extra: Optional[dict] = Non
     """The HF worker's orders for an evaluated run (quality or recipe): config, text, evaluation cadence."""
     return {
         "config": str(setup.config_path()),
-        "overrides": setup.overrides(run_dir, extra=extra),
+        "overrides": setup.hf(run_dir, extra=extra),
         "mode": mode,
         "eval_every": setup.args.eval_every,
         "train_text": str(setup.train_text),
@@ -643,11 +700,12 @@ def _hf_spec(setup: Setup, run_dir: Path, mode: str, extra: Optional[dict] = Non
     }
 
 
-def section_quality(setup: Setup) -> dict[str, Any]:
-    """Section 3: both sides for --quality-budget training seconds, evaluated every --eval-every steps."""
+def _ours_for_time(setup: Setup, name: str, recipe: Optional[dict] = None) -> dict[str, Any]:
+    """`pretrain` for --quality-budget seconds (train.max_time: the schedule stretches to fit), evaluated every
+    --eval-every steps; `recipe` overrides come before the pass-through --set options."""
     a = setup.args
-    say(f"benchmark: quality: mlmtrain pretrain for {a.quality_budget:g} s")
-    run_dir = setup.run_dir("quality-ours")
+    say(f"benchmark: {name}: mlmtrain pretrain for {a.quality_budget:g} s")
+    run_dir = setup.run_dir(name)
     # train.max_time counts evaluation too, so ours trains a little less than the budget: conservative for ours.
     budget = {
         "train.max_steps": None,
@@ -655,28 +713,58 @@ def section_quality(setup: Setup) -> dict[str, Any]:
         "train.log_every": 1,
         "train.eval_every": a.eval_every,
     }
-    ours = run_ours(setup, run_dir, setup.ours(run_dir, extra=budget))
-    say(f"benchmark: quality: the HF recipe for {a.quality_budget:g} s")
-    run_dir = setup.run_dir("quality-hf")
-    hf = run_worker("hf", _hf_spec(setup, run_dir, "quality", budget=a.quality_budget), run_dir)
+    run = run_ours(setup, run_dir, setup.ours(run_dir, extra={**budget, **(recipe or {})}))
+    return dict(run, checkpoint=str(run_dir / "checkpoints" / "latest"))
+
+
+def _hf_for_time(setup: Setup, name: str, mode: str, save: bool = False) -> dict[str, Any]:
+    """The HF recipe for --quality-budget training seconds: its defaults (quality) or our hyperparameters (tuned)."""
+    a = setup.args
+    say(
+        f"benchmark: {name}: the HF recipe ({'its defaults' if mode == 'quality' else 'our schedule'}) for "
+        f"{a.quality_budget:g} s"
+    )
+    run_dir = setup.run_dir(name)
+    save_to = {"save_to": str(run_dir / "final")} if save else {}
+    run = run_worker("hf", _hf_spec(setup, run_dir, mode, budget=a.quality_budget, **save_to), run_dir)
+    return dict(run, checkpoint=save_to.get("save_to"))
+
+
+def _race(setup: Setup, ours: dict[str, Any], hf: dict[str, Any], target: Optional[float], source: str) -> dict:
+    """Seconds each side needs to reach `target` (default: the HF side's lowest perplexity within its budget)."""
     if not ours["evals"] or not hf["evals"]:
-        raise BenchmarkError("quality: a side logged no evaluation; raise --quality-budget or lower --eval-every")
-    target = a.target_ppl or min(point["eval_ppl"] for point in hf["evals"])
+        raise BenchmarkError("a side logged no evaluation; raise --quality-budget or lower --eval-every")
+    target = target or min(point["eval_ppl"] for point in hf["evals"])
     sides = {
         name: {"steps": run["steps"], "evals": run["evals"], "seconds_to_target": time_to_target(run["evals"], target)}
         for name, run in (("ours", ours), ("hf", hf))
     }
     seconds_ours, seconds_hf = sides["ours"]["seconds_to_target"], sides["hf"]["seconds_to_target"]
     return {
-        "budget_s": a.quality_budget,
-        "eval_every": a.eval_every,
-        "eval_blocks": a.eval_blocks,
+        "budget_s": setup.args.quality_budget,
+        "eval_every": setup.args.eval_every,
+        "eval_blocks": setup.args.eval_blocks,
         "target_ppl": target,
-        "target_from": "--target-ppl" if a.target_ppl else "the HF recipe's lowest perplexity within its budget",
+        "target_from": source,
         **sides,
         "time_ratio": seconds_ours / seconds_hf if seconds_ours is not None and seconds_hf else None,
         "same_step": _same_step(ours["evals"], hf["evals"]),
     }
+
+
+def section_quality(setup: Setup) -> dict[str, Any]:
+    """Section 3: both sides as users run them (the HF recipe with its defaults) for --quality-budget training
+    seconds; the time each needs to reach the HF recipe's best perplexity (or --target-ppl)."""
+    ours, hf = _ours_for_time(setup, "quality-ours"), _hf_for_time(setup, "quality-hf", "quality")
+    source = "--target-ppl" if setup.args.target_ppl else "the HF recipe's lowest perplexity within its budget"
+    return _race(setup, ours, hf, setup.args.target_ppl, source)
+
+
+def section_tuned(setup: Setup) -> dict[str, Any]:
+    """Section 4: as quality, but the HF recipe gets our learning rate, warm-up and schedule (stretched over its
+    time budget as ours is), not its weak defaults; target: its best perplexity in the budget."""
+    ours, hf = _ours_for_time(setup, "tuned-ours"), _hf_for_time(setup, "tuned-hf", "tuned")
+    return _race(setup, ours, hf, None, "the HF recipe's lowest perplexity within its budget, given our schedule")
 
 
 def section_recipe(setup: Setup) -> dict[str, Any]:
@@ -699,6 +787,72 @@ def section_recipe(setup: Setup) -> dict[str, Any]:
         "hf": hf["evals"],
         "same_step": _same_step(ours["evals"], hf["evals"]),
     }
+
+
+def section_precision(setup: Setup) -> dict[str, Any]:
+    """Section 6: ours in fp32 and in bf16 autocast, same seed, same --recipe-steps steps: the speed-up, and that
+    learning per step is unchanged (validation perplexity at the same step within ~2 %)."""
+    a = setup.args
+    extra = {
+        "optim.warmup_steps": max(1, a.recipe_steps // 10),
+        "train.max_steps": a.recipe_steps,
+        "train.log_every": 1,
+        "train.eval_every": a.eval_every,
+    }
+    runs = {}
+    for name in ("fp32", "bf16"):
+        say(f"benchmark: precision: mlmtrain pretrain in {name}, {a.recipe_steps} steps")
+        run_dir = setup.run_dir(f"precision-{name}")
+        runs[name] = run_ours(setup, run_dir, setup.ours(run_dir, extra={**extra, "train.precision": name}))
+    same = _same_step(runs["bf16"]["evals"], runs["fp32"]["evals"])
+    rates = {name: steady_tokens_per_s(run["points"], a.warmup_steps) for name, run in runs.items()}
+    return {
+        "steps": a.recipe_steps,
+        "cpu_bf16_support": cpu_bf16_support() if setup.device == "cpu" else None,
+        "tokens_per_s": rates,
+        "speedup": rates["bf16"] / rates["fp32"],
+        "evals": {name: run["evals"] for name, run in runs.items()},
+        "same_step": same and {"step": same["step"], "bf16_ppl": same["ours_ppl"], "fp32_ppl": same["hf_ppl"]},
+    }
+
+
+def section_recipes(setup: Setup) -> dict[str, Any]:
+    """Section 7: the shipped default, the fast recipe (FAST_RECIPE + --fast-set) and the HF recipe given our
+    schedule, each for --quality-budget seconds: validation perplexity (classic 15 % masks for all) and, where
+    `mlmtrain probe` exists, the downstream probe of each final model."""
+    fast = FAST_RECIPE | dict(item.split("=", 1) for item in setup.args.fast_set)
+    runs = {
+        "default": _ours_for_time(setup, "recipes-default"),
+        "fast": _ours_for_time(setup, "recipes-fast", fast),
+        "hf": _hf_for_time(setup, "recipes-hf", "tuned", save=True),
+    }
+    rows = {}
+    for name, run in runs.items():
+        if not run["evals"]:
+            raise BenchmarkError(f"recipes: {name} logged no evaluation; raise --quality-budget or lower --eval-every")
+        last = run["evals"][-1]
+        rows[name] = {
+            "steps": run["steps"],
+            "train_seconds": last["train_seconds"],
+            "eval_ppl": last["eval_ppl"],
+            "probe": probe_checkpoint(Path(run["checkpoint"]), setup.args.probe_task),
+        }
+    return {"budget_s": setup.args.quality_budget, "fast_recipe": fast, "rows": rows}
+
+
+def probe_checkpoint(folder: Path, task: str) -> Optional[dict[str, Any]]:
+    """The downstream judgement of a model folder: `mlmtrain probe` on a labeled task, its --json report.
+
+    The hook for the probe command (being built): None, and the report says so, until `mlmtrain.probe` exists or
+    when the task folder is absent. This is the one place that knows the probe's command line.
+    """
+    if importlib.util.find_spec("mlmtrain.probe") is None or not Path(task).is_dir():
+        return None
+    command = [sys.executable, "-m", "mlmtrain", "probe", "--model", str(folder), "--task", str(task), "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, env=_child_env())
+    if done.returncode != 0:
+        raise BenchmarkError(f"{shlex.join(command)} failed: {done.stderr.strip()[-500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _same_step(ours: list[dict], hf: list[dict]) -> Optional[dict[str, Any]]:
@@ -791,6 +945,16 @@ def verdicts(results: dict[str, Any], device_type: str) -> list[Verdict]:
                 targets["same_step_ppl_ratio"],
             )
         )
+    tuned = results.get("tuned")
+    if tuned:
+        figure = "time to the tuned HF recipe's ppl: ours / HF"
+        out.append(Verdict(figure, tuned["time_ratio"], "<=", targets["tuned_time_ratio"]))
+    precision = results.get("precision")
+    if precision:
+        same = precision["same_step"]
+        drift = abs(same["bf16_ppl"] / same["fp32_ppl"] - 1) if same else None
+        out.append(Verdict("bf16 vs fp32 ppl at the same step: |ratio - 1|", drift, "<=", targets["bf16_ppl_drift"]))
+        out.append(Verdict("bf16 / fp32 tokens/s", precision["speedup"], ">=", 1.0))
     return out
 
 
@@ -840,27 +1004,9 @@ def markdown(results: dict[str, Any]) -> str:
         lines += ["## Throughput (tokens/s, steady state)", ""]
         lines += _table(["contestant", "median", "min–max", "peak RSS MiB", "peak device MiB", "MFU"], rows)
         lines += ["", f"MFU = {rounds['mfu']['formula']}; flops_per_token = {rounds['mfu']['flops_per_token']:.4g}", ""]
-    quality = results.get("quality")
-    if quality:
-        rows = []
-        for name in ("ours", "hf"):
-            side = quality[name]
-            last = side["evals"][-1]
-            rows.append(
-                [
-                    LABELS[name],
-                    str(side["steps"]),
-                    f"{last['train_seconds']:.0f}",
-                    f"{last['eval_ppl']:.2f}",
-                    _number(side["seconds_to_target"], 1),
-                ]
-            )
-        lines += [f"## Time to quality (target ppl {quality['target_ppl']:.2f}: {quality['target_from']})", ""]
-        lines += _table(["side", "steps", "train s", "final ppl", "train s to target"], rows)
-        same = quality["same_step"]
-        if same:
-            lines += ["", f"At step {same['step']}: ours ppl {same['ours_ppl']:.2f}, HF ppl {same['hf_ppl']:.2f}."]
-        lines.append("")
+    for key, title in (("quality", "Time to quality"), ("tuned", "Time to quality, HF recipe given our schedule")):
+        if results.get(key):
+            lines += _race_lines(results[key], title)
     recipe = results.get("recipe")
     if recipe:
         hf_by_step = {point["step"]: point["eval_ppl"] for point in recipe["hf"]}
@@ -872,6 +1018,10 @@ def markdown(results: dict[str, Any]) -> str:
         ]
         lines += _table(["step", "mlmtrain pretrain", "HF Trainer recipe"], rows)
         lines.append("")
+    if results.get("precision"):
+        lines += _precision_lines(results["precision"])
+    if results.get("recipes"):
+        lines += _recipes_lines(results["recipes"])
     growth = results.get("growth")
     if growth:
         rows = [
@@ -891,6 +1041,55 @@ def markdown(results: dict[str, Any]) -> str:
     lines += ["## Targets", ""]
     lines += _table(["figure", "value", "target", "result"], [v.row() for v in results["verdicts"]])
     return "\n".join(lines) + "\n"
+
+
+def _race_lines(race: dict[str, Any], title: str) -> list[str]:
+    rows = []
+    for name in ("ours", "hf"):
+        side = race[name]
+        last = side["evals"][-1]
+        seconds = _number(side["seconds_to_target"], 1)
+        rows.append(
+            [LABELS[name], str(side["steps"]), f"{last['train_seconds']:.0f}", f"{last['eval_ppl']:.2f}", seconds]
+        )
+    lines = [f"## {title} (target ppl {race['target_ppl']:.2f}: {race['target_from']})", ""]
+    lines += _table(["side", "steps", "train s", "final ppl", "train s to target"], rows)
+    same = race["same_step"]
+    if same:
+        lines += ["", f"At step {same['step']}: ours ppl {same['ours_ppl']:.2f}, HF ppl {same['hf_ppl']:.2f}."]
+    return lines + [""]
+
+
+def _precision_lines(precision: dict[str, Any]) -> list[str]:
+    bf16_by_step = {point["step"]: point["eval_ppl"] for point in precision["evals"]["bf16"]}
+    rows = [
+        [str(p["step"]), f"{p['eval_ppl']:.2f}", _number(bf16_by_step.get(p["step"]), 2)]
+        for p in precision["evals"]["fp32"]
+    ]
+    rates = precision["tokens_per_s"]
+    support = precision["cpu_bf16_support"]
+    lines = [f"## bf16 against fp32 (ours, same seed, {precision['steps']} steps): validation perplexity by step", ""]
+    lines += _table(["step", "fp32", "bf16"], rows)
+    lines += [
+        "",
+        f"tokens/s: fp32 {_number(rates['fp32'])}, bf16 {_number(rates['bf16'])} ({precision['speedup']:.2f}x)"
+        + (f"; this CPU's bf16 support: {support}" if support else ""),
+        "",
+    ]
+    return lines
+
+
+def _recipes_lines(recipes: dict[str, Any]) -> list[str]:
+    names = {"default": "mlmtrain, shipped config", "fast": "mlmtrain, fast recipe", "hf": "HF recipe, our schedule"}
+    rows = []
+    for name, row in recipes["rows"].items():
+        probe = "–" if row["probe"] is None else json.dumps(row["probe"], sort_keys=True)[:80]
+        rows.append([names[name], str(row["steps"]), f"{row['train_seconds']:.0f}", f"{row['eval_ppl']:.2f}", probe])
+    fast = ", ".join(f"{key}={value}" for key, value in recipes["fast_recipe"].items())
+    lines = [f"## Recipes at equal wall time ({recipes['budget_s']:g} s each; fast recipe: {fast})", ""]
+    lines += _table(["recipe", "steps", "train s", "final ppl (15 % masks)", "probe"], rows)
+    lines += ["", "probe: `mlmtrain probe` on the labeled task, where that command exists (– where it does not).", ""]
+    return lines
 
 
 def machine(device: str) -> dict[str, Any]:
@@ -939,16 +1138,26 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add("--warmup-steps", type=int, help="steps left out of the timing (default 10)")
     add("--growth-steps", type=int, help="steps per bare-step run in the growth section (default 20)")
     add("--rounds", type=int, help="interleaved rounds of each contestant (default 3)")
-    add("--precision", choices=("fp32", "bf16"), help="default bf16 on CUDA, fp32 on CPU")
+    add(
+        "--precision",
+        choices=("auto", "fp32", "bf16"),
+        help="both sides; default: ours train.precision auto, the HF recipe bf16 on CUDA and fp32 on CPU",
+    )
     add("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     add("--train", help="training text (default ../shared wikipedia-vital-summaries, else builtin:python-docs)")
     add("--valid", help="validation text (default valid.txt beside --train, else 5 %% of the training documents)")
     add("--vocab-size", type=int, help="WordPiece vocabulary (default 30522)")
     add("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
-    add("--quality-budget", type=float, help="training seconds per side in the quality section (default 300)")
+    add(
+        "--quality-budget",
+        type=float,
+        help="training seconds per side in the quality, tuned and recipes sections (default 300)",
+    )
     add("--eval-every", type=int, help="steps between evaluations in the quality section (default 50)")
     add("--eval-blocks", type=int, help="validation blocks per evaluation (default 128)")
-    add("--recipe-steps", type=int, help="steps per side in the same-recipe section (default 150)")
+    add("--recipe-steps", type=int, help="steps per side in the recipe and precision sections (default 150)")
+    add("--fast-set", action="append", default=[], metavar="KEY=VALUE", help="change the fast recipe (recipes)")
+    add("--probe-task", default=str(PROBE_TASK), help="labeled task folder for the downstream probe (recipes)")
     add("--target-ppl", type=float, help="default: the lowest perplexity the HF recipe reached in its budget")
     add("--peak-tflops", type=float, default=H200_DENSE_BF16_TFLOPS, help="peak for MFU (default H200 dense bf16)")
     add("--set", action="append", default=[], metavar="KEY=VALUE", help="our side only, e.g. train.compile=true")
@@ -979,7 +1188,7 @@ def check_args(args: argparse.Namespace) -> set[str]:
         raise BenchmarkError("--growth-steps must be >= 4")
     if args.rounds < 1:
         raise BenchmarkError("--rounds must be >= 1")
-    if {"throughput", "quality", "recipe"} & sections:
+    if {"throughput", "quality", "tuned", "recipe", "recipes"} & sections:
         missing = [name for name in ("datasets", "accelerate") if importlib.util.find_spec(name) is None]
         if missing:
             raise BenchmarkError(
@@ -1002,7 +1211,8 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
             for key in ("size", "seq_len", "batch", "steps", "warmup_steps", "rounds", "vocab_size", "set", "quick")
         }
         | {
-            "precision": setup.precision,
+            "precision": f"{setup.precision} ({resolve_precision(setup.precision, torch.device(setup.device)).name})",
+            "hf_precision": setup.hf_precision,
             "device": setup.device,
             "train_text": str(setup.train_text),
             "valid_text": str(setup.valid_text),
@@ -1014,8 +1224,14 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
         results["rounds"] = measure_rounds(setup, sections)
     if "quality" in sections:
         results["quality"] = section_quality(setup)
+    if "tuned" in sections:
+        results["tuned"] = section_tuned(setup)
     if "recipe" in sections:
         results["recipe"] = section_recipe(setup)
+    if "precision" in sections:
+        results["precision"] = section_precision(setup)
+    if "recipes" in sections:
+        results["recipes"] = section_recipes(setup)
     if "growth" in sections:
         results["growth"] = section_growth(setup)
     results["verdicts"] = verdicts(results, "cuda" if setup.device.startswith("cuda") else "cpu")

@@ -101,3 +101,34 @@ def test_gpu_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
     _run(["bash", str(REPO / "scripts" / "benchmark_gpu.sh"), "--quick", *work, "--sections", "limit", "--rounds", "1"])
     rounds = _report(out)["rounds"]
     assert rounds["ours_over_limit"] > 0 and "hf" not in rounds
+
+
+@pytest.mark.slow
+def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
+    """The issue-14 sections in one quick run: the race against the HF recipe given our schedule, bf16 against
+    fp32, and the recipes at equal wall time (the probe column stays empty until `mlmtrain probe` exists)."""
+    out = tmp_path / "results"
+    common = ["--quick", "--train", "builtin:python-docs", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    _run([sys.executable, str(SCRIPT), *common, "--sections", "tuned,precision,recipes", "--quality-budget", "6"])
+    report = _report(out)
+    tuned = report["tuned"]
+    assert tuned["ours"]["evals"] and tuned["hf"]["evals"]
+    assert tuned["target_ppl"] == min(point["eval_ppl"] for point in tuned["hf"]["evals"])
+    assert tuned["hf"]["seconds_to_target"] is not None
+    precision = report["precision"]
+    assert set(precision["tokens_per_s"]) == {"fp32", "bf16"} and precision["speedup"] > 0
+    assert precision["same_step"]["step"] == precision["steps"]  # the last step, evaluated on both
+    assert precision["same_step"]["bf16_ppl"] != precision["same_step"]["fp32_ppl"]  # two real runs
+    recipes = report["recipes"]
+    assert set(recipes["rows"]) == {"default", "fast", "hf"}
+    assert all(row["eval_ppl"] > 1 and row["steps"] > 0 for row in recipes["rows"].values())
+    assert recipes["fast_recipe"]["model.dropout"] == 0.0
+    assert (tmp_path / "work" / "runs" / "recipes-hf" / "final" / "config.json").is_file()  # ready for the probe
+    figures = [v["figure"] for v in report["verdicts"]]
+    assert figures == [
+        "time to the tuned HF recipe's ppl: ours / HF",
+        "bf16 vs fp32 ppl at the same step: |ratio - 1|",
+        "bf16 / fp32 tokens/s",
+    ]
+    markdown = (out / next(out.glob("benchmark-*.md")).name).read_text()
+    assert "Recipes at equal wall time" in markdown and "bf16 against fp32" in markdown
