@@ -238,7 +238,7 @@ class TrainConfig:
         None, "save and stop once this many steps are done, as if interrupted (continue later with --resume)"
     )
     precision: Literal["auto", "bf16", "fp16", "fp32"] = _f(
-        "auto", "autocast precision; auto: bf16 on CUDA where supported, else fp32"
+        "auto", "autocast precision; auto: bf16 on CUDA where supported and on CPUs with AMX bf16 units, else fp32"
     )
     device: str = _f("auto", "auto, cpu, cuda or cuda:N")
     compile: bool = _f(False, "torch.compile the model")

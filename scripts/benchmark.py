@@ -536,7 +536,7 @@ WORKERS = {"hf": hf_worker, "bare": bare_worker}
 
 
 def _child_env() -> dict[str, str]:
-    """The children import mlmtrain from this checkout even where it is not installed (the GPU machine)."""
+    """The children import mlmtrain from this checkout even where it is not installed."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     return env
@@ -1193,8 +1193,8 @@ def check_args(args: argparse.Namespace) -> set[str]:
         if missing:
             raise BenchmarkError(
                 f"the Hugging Face recipe needs {' and '.join(missing)}, not installed in {sys.executable}; "
-                "install them (pip install datasets accelerate) or, on the GPU machine, carry them as wheels "
-                "(docs/benchmarks.md); or run --sections limit,growth only"
+                'install them (pip install -e ".[bench]", or pip install datasets accelerate); '
+                "or run --sections limit,growth only"
             )
     return sections
 
