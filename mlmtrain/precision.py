@@ -68,8 +68,9 @@ def resolve_precision(name: str, device: torch.device, cpu_support: Optional[str
         raise ValueError(f"unknown precision {name!r}")  # config validation makes this unreachable
     if device.type == "cuda":
         if name == "auto":
-            supported = torch.cuda.is_bf16_supported()
-            return Precision("bf16", "auto: this GPU supports bf16") if supported else Precision("fp32", "auto")
+            if torch.cuda.is_bf16_supported():
+                return Precision("bf16", "auto: this GPU supports bf16")
+            return Precision("fp32", "auto: this GPU has no bf16")
         return Precision(name, "train.precision")
     support = cpu_bf16_support() if cpu_support is None else cpu_support
     if name == "auto":
