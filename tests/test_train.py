@@ -158,3 +158,14 @@ def test_max_time_budget_stops_on_time_and_stretches_the_schedule(tiny_config) -
     assert lrs[1] == max(lrs)  # warm-up ends at step 1, then linear decay over the time budget
     assert lrs[-1] < 0.2 * max(lrs)
     assert all(a >= b for a, b in zip(lrs[1:-1], lrs[2:], strict=True))
+
+
+def test_on_resume_the_configs_optimizer_settings_win_and_are_announced(tiny_config, capsys) -> None:
+    paused = pretrain(tiny_config(**{"train.pause_after": 5, "train.eval_every": 0}))
+    capsys.readouterr()
+    changed = {"optim.weight_decay": 0.05, "optim.beta2": 0.95, "optim.eps": 1e-8, "train.eval_every": 0}
+    final = pretrain(tiny_config(**changed), resume=str(paused))
+    assert "optimizer settings from the config replace the checkpoint's" in capsys.readouterr().err
+    decay, no_decay = torch.load(final / "training_state.pt", weights_only=False)["optimizer"]["param_groups"]
+    assert (decay["weight_decay"], tuple(decay["betas"]), decay["eps"]) == (0.05, (0.9, 0.95), 1e-8)
+    assert (no_decay["weight_decay"], tuple(no_decay["betas"])) == (0.0, (0.9, 0.95))
