@@ -218,7 +218,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = _normalise_argv(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
-        app(args=args, prog_name="mlmtrain", standalone_mode=False)
+        code = app(args=args, prog_name="mlmtrain", standalone_mode=False)
+        if isinstance(code, int) and code:  # click hands back typer.Exit(code) as a return value here
+            sys.exit(code)
     except UserError as error:
         if debug:
             raise

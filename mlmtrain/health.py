@@ -101,8 +101,12 @@ def check_nonfinite(run: Run, limits: ReportConfig) -> Verdict:
     name = "non-finite steps"
     skipped = run.get("nonfinite_skipped")  # the loop's running count of skipped steps
     count = int(np.nanmax(skipped.value)) if skipped is not None else 0
-    logged = {key: int((~np.isfinite(run.series[key].value)).sum()) for key in ("loss", "grad_norm", "eval_loss")}
-    logged = {key: n for key, n in logged.items() if key in run.series and n}
+    logged = {
+        key: int((~np.isfinite(run.series[key].value)).sum())
+        for key in ("loss", "grad_norm", "eval_loss")
+        if key in run.series
+    }
+    logged = {key: n for key, n in logged.items() if n}
     if count > limits.nonfinite_steps or logged:
         parts = [f"{count} step(s) skipped for a non-finite loss"] if count else []
         parts += [f"{n} non-finite {key} value(s)" for key, n in logged.items()]

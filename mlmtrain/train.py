@@ -28,6 +28,7 @@ from mlmtrain.masking import MaskingCollator, VocabInfo
 from mlmtrain.model import MaskedLM, build_model
 from mlmtrain.optim import build_optimizer, learning_rate, set_learning_rate
 from mlmtrain.progress import Reporter, say
+from mlmtrain.report import LiveReport
 from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
 from mlmtrain.tokens import TokenStore, tokenize_corpus
 
@@ -248,6 +249,7 @@ class Loop:
         self.device = ctx.device
         self.budget_time = cfg.train.max_time_seconds
         self.start_step = state.step  # pause_after applies once: a resumed run goes on past it
+        self.live_report = LiveReport(run_dir) if cfg.report.html else None
 
     # -- budget and schedule
     def progress(self) -> float:
@@ -320,6 +322,9 @@ class Loop:
                     self.optimizer.zero_grad(set_to_none=True)
                     state.nonfinite_in_row += 1
                     state.nonfinite_total += 1
+                    reporter.log(
+                        {"step": state.step, "tokens": state.tokens, "nonfinite_skipped": state.nonfinite_total}
+                    )
                     reporter.message(
                         f"step {state.step + 1}: loss is {loss}; step skipped ({state.nonfinite_in_row} in a row)"
                     )
@@ -455,6 +460,8 @@ class Loop:
             )
             best = self.run_dir / "checkpoints" / f"step-{state.best_step}" if self.cfg.checkpoint.keep_best else None
             ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, keep=best)
+            if self.live_report is not None:
+                self.live_report.refresh()  # never raises: a failed page must not stop the run
             return folder
 
         return on_main(ctx, write)  # a failed write (disk full) stops every rank, not only rank 0
