@@ -103,7 +103,10 @@ def draw_curve(curve: Curve, runs: list[Run], axis: str) -> Optional[Any]:
 
     keys = curve_keys(curve, runs)
     unit, scale = _time_unit(runs)
-    figure = Figure(figsize=(7.5, 3.4), layout="constrained")
+    figure = Figure(figsize=(7.5, 3.4))
+    figure.subplots_adjust(
+        left=0.1, right=0.98, bottom=0.15, top=0.9
+    )  # fixed margins: a layout engine doubles the cost
     ax = figure.add_subplot()
     drawn = 0
     styles = ("-", "--", ":", "-.")
