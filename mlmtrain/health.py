@@ -81,11 +81,10 @@ def check_loss_spikes(run: Run, limits: ReportConfig) -> Verdict:
     if loss is None:
         return Verdict(name, UNKNOWN, "no training loss logged yet")
     values, steps = loss.finite().value, loss.finite().step
-    spikes = [
-        int(steps[i])
-        for i in range(5, len(values))  # a median of at least 5 earlier lines
-        if values[i] > limits.spike_factor * float(np.median(values[max(0, i - 20) : i]))
-    ]
+    # before[i] = the 20 values before line i (nan-padded at the start); judged from the 5th line on
+    before = np.lib.stride_tricks.sliding_window_view(np.concatenate([np.full(20, np.nan), values]), 20)
+    medians = np.nanmedian(before[5 : len(values)], axis=1) if len(values) > 5 else np.zeros(0)
+    spikes = [int(s) for s in steps[5:][values[5:] > limits.spike_factor * medians]]
     if spikes:
         shown = ", ".join(str(s) for s in spikes[:5]) + (" ..." if len(spikes) > 5 else "")
         return Verdict(
