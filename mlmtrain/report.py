@@ -86,7 +86,8 @@ def _x_values(run: Run, series: Series, axis: str) -> Optional[np.ndarray]:
 
 
 def _time_unit(runs: list[Run]) -> tuple[str, float]:
-    longest = max((float(np.nanmax(s.value)) for r in runs if (s := r.get("elapsed_s")) is not None), default=0.0)
+    elapsed = [s.finite().value for r in runs if (s := r.get("elapsed_s")) is not None]
+    longest = max((float(v.max()) for v in elapsed if len(v)), default=0.0)
     if longest < 120:
         return "s", 1.0
     return ("min", 60.0) if longest < 7200 else ("h", 3600.0)

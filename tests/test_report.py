@@ -87,7 +87,8 @@ def test_pretrain_writes_a_page_and_report_overlays_two_runs(tiny_config: Callab
     report.write_report([first, second], out=out, png_dir=tmp_path / "png")
     page = read_page(out)
     curves = expected_curves(first, second)
-    assert {"train-loss", "eval-loss", "eval-perplexity", "learning-rate", "grad-norm"} <= set(curves)
+    logged = {"train-loss", "eval-loss", "eval-perplexity", "eval-accuracy", "learning-rate", "grad-norm", "data-wait"}
+    assert logged <= set(curves)
     assert list(page.figures) == curves  # one figure per curve, in order
     for slug, figure in page.figures.items():
         assert figure["svg"] == 1, slug
@@ -398,7 +399,7 @@ def test_nonfinite_values_and_no_evaluation(tmp_path: Path) -> None:
     assert page.says("no validation evaluation logged", "non-finite loss value")
 
 
-def test_a_page_replaces_only_its_own_files(tmp_path: Path) -> None:
+def test_a_page_replaces_only_its_own_files(tmp_path: Path, capsys: Any) -> None:
     folder = write_run(tmp_path / "run", healthy_spec())
     foreign = tmp_path / "notes.html"
     foreign.write_text("<html>my notes</html>")
@@ -411,6 +412,25 @@ def test_a_page_replaces_only_its_own_files(tmp_path: Path) -> None:
         report.write_report([folder], out=tmp_path / "page.html", png_dir=tmp_path / "png")
     with pytest.raises(UserError, match="--x"):
         report.write_report([folder], axis="epochs")
+    (folder / "report.html").write_text("<html>mine</html>")
+    live = report.LiveReport(folder)  # what pretrain calls at each checkpoint: warns once, overwrites nothing
+    live.refresh()
+    live.refresh()
+    assert (folder / "report.html").read_text() == "<html>mine</html>"
+    assert capsys.readouterr().err.count("not written by mlmtrain report") == 1
+
+
+def test_probe_scores_get_one_figure_and_a_row_each(tmp_path: Path) -> None:
+    spec = healthy_spec()
+    spec["extra"] = [
+        {"step": s, "tokens": s * 100_000, "probe_acc": 0.5 + s / 10_000, "probe_f1": 0.4, "probe_seconds": 3.0}
+        for s in (500, 1000, 1500, 2000)
+    ]
+    folder = write_run(tmp_path / "run", spec)
+    page = read_page(report.write_report([folder]))
+    legend = " ".join(page.figures["probe"]["text"])
+    assert "probe_acc" in legend and "probe_f1" in legend and "probe_seconds" not in legend
+    assert page.says("best probe_acc", "0.7000 (step 2,000)")
 
 
 def test_runs_of_the_same_folder_name_are_told_apart(tmp_path: Path) -> None:
