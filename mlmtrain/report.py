@@ -105,9 +105,8 @@ def draw_curve(curve: Curve, runs: list[Run], axis: str) -> Optional[Any]:
     keys = curve_keys(curve, runs)
     unit, scale = _time_unit(runs)
     figure = Figure(figsize=(7.5, 3.4))
-    figure.subplots_adjust(
-        left=0.1, right=0.98, bottom=0.15, top=0.9
-    )  # fixed margins: a layout engine doubles the cost
+    # fixed margins: a layout engine (constrained, tight) doubles the cost of a page
+    figure.subplots_adjust(left=0.1, right=0.98, bottom=0.15, top=0.9)
     ax = figure.add_subplot()
     drawn = 0
     styles = ("-", "--", ":", "-.")
@@ -128,9 +127,8 @@ def draw_curve(curve: Curve, runs: list[Run], axis: str) -> Optional[Any]:
                 if finite.any():
                     ax.plot(*_thin(x[finite], smooth(y[finite])), color=color, linewidth=1.6, label=label)
             else:
-                ax.plot(
-                    *_thin(x, y), color=color, linestyle=styles[number % 4], marker=marker, markersize=3, label=label
-                )
+                style = styles[number % len(styles)]  # several keys of one run (probe scores): one style each
+                ax.plot(*_thin(x, y), color=color, linestyle=style, marker=marker, markersize=3, label=label)
             drawn += 1
     if not drawn:
         return None
@@ -339,7 +337,6 @@ def _refuse_foreign(path: Path, mark: bytes, option: str) -> None:
 
 
 def _write_png(figure: Any, path: Path) -> None:
-    _refuse_foreign(path, PNG_MARK.encode(), "--png folder")
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     figure.savefig(temporary, format="png", dpi=150, metadata={"Software": PNG_MARK})
     os.replace(temporary, path)
@@ -377,6 +374,8 @@ def write_report(
         png_dir = Path(png_dir)
         if png_dir.exists() and not png_dir.is_dir():
             raise UserError("argument", f"--png {png_dir} is a file; pass a folder")
+        for curve in (c for c in CURVES if curve_keys(c, runs)):  # checked before any is written: nothing half-done
+            _refuse_foreign(png_dir / f"{curve.slug}.png", PNG_MARK.encode(), "--png folder")
         png_dir.mkdir(parents=True, exist_ok=True)
     _write_text(out, build_page(runs, axis, thresholds, png_dir))
     return out

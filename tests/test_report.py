@@ -408,8 +408,15 @@ def test_a_page_replaces_only_its_own_files(tmp_path: Path, capsys: Any) -> None
     assert foreign.read_text() == "<html>my notes</html>"
     (tmp_path / "png").mkdir()
     (tmp_path / "png" / "train-loss.png").write_bytes(b"someone's figure")
+    (tmp_path / "png" / "probe.png").write_bytes(b"someone else's figure")  # a curve this run did not log
     with pytest.raises(UserError, match="not written by mlmtrain report"):
         report.write_report([folder], out=tmp_path / "page.html", png_dir=tmp_path / "png")
+    assert sorted(p.name for p in (tmp_path / "png").iterdir()) == ["probe.png", "train-loss.png"]  # none written
+    assert not (tmp_path / "page.html").exists()
+    (tmp_path / "png" / "train-loss.png").unlink()
+    report.write_report([folder], out=tmp_path / "page.html", png_dir=tmp_path / "png")
+    assert (tmp_path / "png" / "probe.png").read_bytes() == b"someone else's figure"
+    assert (tmp_path / "png" / "train-loss.png").read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(UserError, match="--x"):
         report.write_report([folder], axis="epochs")
     (folder / "report.html").write_text("<html>mine</html>")
