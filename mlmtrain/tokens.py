@@ -356,6 +356,7 @@ def tokenize_corpus(cfg: Config, quiet: bool = False) -> Path:
         f"{stats['train'].tokens:,} / {valid.tokens:,} tokens, vocabulary {backend.get_vocab_size():,}, "
         f"validation UNK rate {valid.unk_tokens / max(valid.tokens, 1):.4%}, "
         f"{(valid.tokens - valid.documents) / max(valid.words, 1):.3f} tokens per word, "
+        f"{stats['train'].duplicates:,} exact duplicate train documents, "
         f"{seconds:.1f}s ({total_bytes / 1e6 / max(seconds, 1e-9):.1f} MB/s) -> {target}"
     )
     return target
