@@ -47,7 +47,7 @@ CURVES = (
     Curve("eval-accuracy", "MLM accuracy (validation)", ("eval_acc",), "accuracy"),
     Curve("probe", "Probe scores", ("probe_*",), "score"),
     Curve("learning-rate", "Learning rate", ("lr",), "lr"),
-    Curve("grad-norm", "Gradient norm (before clipping)", ("grad_norm",), "norm", log_y=True),
+    Curve("grad-norm", "Gradient norm (before clipping)", ("grad_norm",), "norm"),
     Curve("tokens-per-second", "Training tokens per second", ("tokens_per_s",), "tokens/s"),
     Curve("data-wait", "Share of time waiting for data", ("data_wait_share",), "share of wall time"),
 )
@@ -106,7 +106,7 @@ def draw_curve(curve: Curve, runs: list[Run], axis: str) -> Optional[Any]:
     unit, scale = _time_unit(runs)
     figure = Figure(figsize=(7.5, 3.4))
     # fixed margins: a layout engine (constrained, tight) doubles the cost of a page
-    figure.subplots_adjust(left=0.1, right=0.98, bottom=0.15, top=0.9)
+    figure.subplots_adjust(left=0.12, right=0.98, bottom=0.15, top=0.9)
     ax = figure.add_subplot()
     drawn = 0
     styles = ("-", "--", ":", "-.")
@@ -137,6 +137,8 @@ def draw_curve(curve: Curve, runs: list[Run], axis: str) -> Optional[Any]:
     ax.set_ylabel(curve.ylabel)
     if curve.log_y:
         ax.set_yscale("log")
+    else:  # 1e-3, not 0.00100: short tick labels leave room for the axis label
+        ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 5), useMathText=True)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return figure
