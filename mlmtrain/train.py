@@ -23,6 +23,7 @@ from mlmtrain.evaluate import evaluate_blocks
 from mlmtrain.guard import RunLock, StopRequested, claim_run_dir
 from mlmtrain.masking import evaluation_masking
 from mlmtrain.progress import Reporter, say
+from mlmtrain.report import LiveReport
 from mlmtrain.step import Parts, StepResult, budget_progress, build_parts, train_step
 from mlmtrain.tokenizer import tokenizer_fingerprint
 from mlmtrain.tokens import TokenStore, tokenize_corpus
@@ -70,7 +71,7 @@ def _ensure_data(cfg: Config) -> None:
         prepare_tokenizer(cfg, corpus_splits(cfg.data)[0])
 
 
-def _eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
+def eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
     """Validation blocks for training-time evaluation (None when the validation split has no full block)."""
     if not cfg.data.use_store:
         return None
@@ -90,10 +91,10 @@ def _eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
 
 def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Path]) -> Path:
     parts = build_parts(cfg, ctx, resume_from)
-    eval_set = _eval_set(cfg, parts.tokenizer) if ctx.is_main and cfg.train.eval_every else None
+    validation = eval_set(cfg, parts.tokenizer) if ctx.is_main and cfg.train.eval_every else None
     if ctx.is_main:
         _announce(parts, run_dir, resume_from)
-    return Loop(parts, run_dir, eval_set).run()
+    return Loop(parts, run_dir, validation).run()
 
 
 def _announce(parts: Parts, run_dir: Path, resume_from: Optional[Path]) -> None:
@@ -127,6 +128,7 @@ class Loop:
         self.run_dir, self.eval_set = run_dir, eval_set
         self.start_step = parts.state.step  # pause_after applies once: a resumed run goes on past it
         self.last_saved: Optional[Path] = ckpt.latest_checkpoint(run_dir) if self.ctx.is_main else None
+        self.live_report = LiveReport(run_dir) if self.cfg.report.html else None
 
     def run(self) -> Path:
         cfg, state, ctx = self.cfg, self.state, self.ctx
@@ -193,6 +195,7 @@ class Loop:
     def skipped(self, result: StepResult, reporter: Reporter) -> None:
         """A skipped step is reported; too many in a row stop the run (the last good checkpoint stays)."""
         state = self.state
+        reporter.log({"step": state.step, "tokens": state.tokens, "nonfinite_skipped": state.nonfinite_total})
         reporter.message(
             f"step {state.step + 1}: loss is {result.loss}; step skipped ({state.nonfinite_in_row} in a row)"
         )
@@ -271,6 +274,8 @@ class Loop:
             )
             best = self.run_dir / "checkpoints" / f"step-{state.best_step}" if self.cfg.checkpoint.keep_best else None
             ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, keep=best)
+            if self.live_report is not None:
+                self.live_report.refresh()  # never raises: a failed page must not stop the run
             return folder
 
         self.last_saved = on_main(ctx, write) or self.last_saved  # a failed write (disk full) stops every rank
