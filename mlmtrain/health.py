@@ -188,7 +188,7 @@ def check_overfitting(run: Run, limits: ReportConfig) -> Verdict:
             name,
             FAIL,
             f"{epochs:.1f} passes over {corpus:,} tokens and (validation - training loss) grew by {growth:.3f} nats",
-            "train on more data, keep the best checkpoint (checkpoint.keep_best: true), or raise model.hidden_dropout",
+            "train on more data, keep the best checkpoint (checkpoint.keep_best: true), or raise model.dropout",
         )
     return Verdict(name, OK, f"{epochs:.1f} passes over the data; the validation gap grew by only {growth:.3f} nats")
 
