@@ -12,6 +12,7 @@ of width `model.hidden_size`; a narrower generator projects it to its own width 
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -125,7 +126,7 @@ class ElectraPretraining(torch.nn.Module):
     """Generator + discriminator with shared embeddings: the one module the loop wraps (DDP, torch.compile).
 
     `forward` returns float32 [generator NLL summed over selected positions, BCE summed over scored positions]:
-    the loop divides each by its count over the whole global batch (`counts`) and weighs them (`combine`).
+    the loop divides each by its count over the whole global batch and weighs them (`objective.Objective`).
     `save_pretrained` writes the discriminator into a folder and the generator into its `generator/`.
     """
 
@@ -184,16 +185,6 @@ class ElectraPretraining(torch.nn.Module):
         )
         return torch.stack((generator_nll, detection))
 
-    def counts(self, batch: Mapping[str, torch.Tensor]) -> tuple[int, int]:
-        """(selected, scored) positions of a batch: the denominators of the two parts of the loss."""
-        labels = batch["labels"]
-        scored = scored_positions(batch["input_ids"], labels, batch.get("attention_mask"), self.banned.cpu())
-        return int((labels != IGNORE_INDEX).sum()), int(scored.sum())
-
-    def combine(self, generator_nll: torch.Tensor, detection: torch.Tensor, selected: float, scored: float) -> Any:
-        """The ELECTRA loss: mean generator NLL + weight x mean replaced-token BCE."""
-        return generator_nll / max(selected, 1.0) + self.discriminator_weight * detection / max(scored, 1.0)
-
     def save_pretrained(self, folder: Union[str, Path], **kwargs: Any) -> None:
         """The discriminator as the checkpoint's model, the generator in `generator/` (its own copy of the shared
         embeddings, so each folder stands alone)."""
@@ -216,6 +207,24 @@ def load_electra(folder: Path, cfg: Config, vocab: VocabInfo) -> ElectraPretrain
             "(electra.generator_size); resume with the config of that run, or start afresh with --overwrite",
         )
     return ElectraPretraining(generator, discriminator, vocab, cfg)
+
+
+def generator_folder(folder: Path) -> Optional[Path]:
+    """For the masked-LM commands: the `generator/` of an ELECTRA checkpoint folder (its discriminator predicts no
+    tokens), None for any other folder; a UserError for a discriminator without its generator."""
+    try:
+        architectures = json.loads((folder / "config.json").read_text()).get("architectures") or []
+    except (OSError, ValueError, AttributeError):  # no or no readable config.json: the loader says what is wrong
+        return None
+    if "ElectraForPreTraining" not in architectures:
+        return None
+    if (folder / GENERATOR_DIR / "config.json").is_file():
+        return folder / GENERATOR_DIR
+    raise UserError(
+        "model",
+        f"{folder} holds an ELECTRA discriminator, which predicts no tokens, and no {GENERATOR_DIR}/ folder; "
+        f"pass the whole ELECTRA checkpoint folder (with {GENERATOR_DIR}/) or a masked-LM folder",
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from mlmtrain.electra import (
 )
 from mlmtrain.errors import UserError
 from mlmtrain.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
+from mlmtrain.objective import objective_of
 
 PAD, CLS, SEP, MASK = 0, 1, 2, 3
 VOCAB = VocabInfo(vocab_size=50, mask_id=MASK, pad_id=PAD, special_ids=(PAD, CLS, SEP, MASK))
@@ -110,29 +111,35 @@ def test_samples_never_banned_and_temperature_sharpens() -> None:
 
 def test_loss_sums_and_gradients_reach_both_models() -> None:
     pair = pair_of()
+    objective = objective_of(load_config(None, TINY), VOCAB)
     batch = batches(1)[0]
     sums = pair(**batch)
-    selected, scored = pair.counts(batch)
+    selected, scored = objective.counts(batch)
     assert selected == int((batch["labels"] != IGNORE_INDEX).sum()) > 0
     assert scored == 4 * 14  # every ordinary token of 4 rows of [CLS] + 14 + [SEP]
     # at init the generator is near uniform over the padded vocabulary, the discriminator near 1/2
     assert float(sums[0].detach()) / selected == pytest.approx(np.log(56), rel=0.05)
     assert float(sums[1].detach()) / scored == pytest.approx(np.log(2), rel=0.05)
-    pair.combine(sums[0], sums[1], selected, scored).backward()
+    loss = objective.loss(sums, [selected, scored])
+    assert float(loss) == pytest.approx(float(sums[0]) / selected + 50 * float(sums[1]) / scored)
+    assert objective.parts(sums.detach(), [selected, scored]) == {
+        "generator_loss": pytest.approx(float(sums[0]) / selected),
+        "discriminator_loss": pytest.approx(float(sums[1]) / scored),
+    }
+    loss.backward()
     assert all(p.grad is not None for p in pair.parameters())
 
 
 def test_loss_falls() -> None:
     pair = pair_of()
+    objective = objective_of(load_config(None, TINY), VOCAB)
     optimizer = torch.optim.AdamW(pair.parameters(), lr=3e-3)
     data = batches(4)
     torch.manual_seed(1)
     losses = []
     for step in range(24):
         batch = data[step % len(data)]
-        selected, scored = pair.counts(batch)
-        sums = pair(**batch)
-        loss = pair.combine(sums[0], sums[1], selected, scored)
+        loss = objective.loss(pair(**batch), objective.counts(batch))
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
@@ -223,3 +230,12 @@ def test_mlm_config_saves_without_the_electra_section() -> None:
     assert "electra" not in load_config(None).to_dict()
     saved = load_config(None, ["train.objective=electra"]).to_dict()
     assert saved["electra"]["discriminator_weight"] == 50.0
+
+
+def test_mlm_objective_is_the_mean_over_selected_tokens() -> None:
+    objective = objective_of(load_config(None), VOCAB)
+    batch = batches(1)[0]
+    selected = int((batch["labels"] != IGNORE_INDEX).sum())
+    assert objective.counts(batch) == [selected]
+    assert float(objective.loss(torch.tensor(12.0), [selected])) == pytest.approx(12.0 / selected)
+    assert objective.parts(torch.tensor(12.0), [selected]) == {}
