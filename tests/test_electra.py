@@ -121,7 +121,9 @@ def test_loss_sums_and_gradients_reach_both_models() -> None:
     assert float(sums[0].detach()) / selected == pytest.approx(np.log(56), rel=0.05)
     assert float(sums[1].detach()) / scored == pytest.approx(np.log(2), rel=0.05)
     loss = objective.loss(sums, [selected, scored])
-    assert float(loss) == pytest.approx(float(sums[0]) / selected + 50 * float(sums[1]) / scored)
+    assert float(loss.detach()) == pytest.approx(
+        float(sums[0].detach()) / selected + 50 * float(sums[1].detach()) / scored
+    )
     assert objective.parts(sums.detach(), [selected, scored]) == {
         "generator_loss": pytest.approx(float(sums[0]) / selected),
         "discriminator_loss": pytest.approx(float(sums[1]) / scored),
