@@ -44,9 +44,9 @@ class Objective:
     def loss(self, sums: torch.Tensor, counts: Sequence[float]) -> torch.Tensor:
         """sum over parts of weight x (part sum / part count): the step's mean loss (a count of 0 counts as 1)."""
         sums = sums.reshape(-1)
-        total = sums[0] * (self.weights[0] / max(counts[0], 1.0))
+        total = sums[0] * self.weights[0] / max(counts[0], 1.0)
         for index in range(1, len(self.weights)):
-            total = total + sums[index] * (self.weights[index] / max(counts[index], 1.0))
+            total = total + sums[index] * self.weights[index] / max(counts[index], 1.0)
         return total
 
     def parts(self, sums: torch.Tensor, counts: Sequence[float]) -> dict[str, float]:
@@ -115,7 +115,9 @@ def evaluate_trained(
     metrics = {
         "eval_loss": result.loss,
         "eval_ppl": result.perplexity,
+        "eval_acc": result.accuracy,
         "eval_masked_tokens": result.masked_tokens,
         "eval_seconds": round(result.seconds, 3),
     }
-    return metrics, f"validation loss {result.loss:.4f}, perplexity {result.perplexity:.2f}"
+    summary = f"validation loss {result.loss:.4f}, perplexity {result.perplexity:.2f}, accuracy {result.accuracy:.4f}"
+    return metrics, summary

@@ -19,8 +19,8 @@ from mlmtrain.config import Config, save_config
 from mlmtrain.data import StoreBlocks, evaluation_blocks
 from mlmtrain.distributed import DistContext, gather_objects, init_distributed, on_main, teardown
 from mlmtrain.errors import UserError
-from mlmtrain.evaluate import evaluate_blocks
 from mlmtrain.guard import RunLock, StopRequested, claim_run_dir
+from mlmtrain.objective import evaluate_trained
 from mlmtrain.progress import Reporter, say
 from mlmtrain.step import Parts, StepResult, budget_progress, build_parts, train_step
 from mlmtrain.tokenizer import tokenizer_fingerprint
@@ -159,6 +159,7 @@ class Loop:
                                 "step": state.step,
                                 "tokens": state.tokens,
                                 "loss": result.loss,
+                                **result.parts,
                                 "lr": result.lr,
                                 "grad_norm": result.grad_norm,
                                 "tokens_per_s": tokens_per_s,
@@ -202,37 +203,23 @@ class Loop:
             )
 
     def evaluate(self, reporter: Reporter) -> Optional[float]:
-        """Validation loss, perplexity, accuracy with fixed masks (rank 0; the others wait at the next collective)."""
+        """Validation metrics with fixed masks (rank 0; the others wait at the next collective)."""
         if self.eval_set is None or not self.ctx.is_main:
             return None
         parts, blocks, indices = self.parts, *self.eval_set
-        result = evaluate_blocks(
+        metrics, summary = evaluate_trained(
+            self.cfg,
             parts.mlm,
+            parts.vocab,
             blocks,
             indices,
-            parts.vocab,
-            self.cfg.masking,
-            self.cfg.masking.eval_seed,
             parts.layout.micro_batch_size,
             self.ctx.device,
             parts.autocast_dtype,
         )
-        reporter.log(
-            {
-                "step": self.state.step,
-                "tokens": self.state.tokens,
-                "eval_loss": result.loss,
-                "eval_ppl": result.perplexity,
-                "eval_acc": result.accuracy,
-                "eval_masked_tokens": result.masked_tokens,
-                "eval_seconds": round(result.seconds, 3),
-            }
-        )
-        reporter.message(
-            f"step {self.state.step}: validation loss {result.loss:.4f}, perplexity {result.perplexity:.2f}, "
-            f"accuracy {result.accuracy:.4f}"
-        )
-        return result.loss
+        reporter.log({"step": self.state.step, "tokens": self.state.tokens, **metrics})
+        reporter.message(f"step {self.state.step}: {summary}")
+        return metrics["eval_loss"]
 
     def save(self, eval_loss: Optional[float]) -> None:
         """Checkpoint on rank 0 (every rank's RNG state included) while the others wait, so no rank reads ahead."""
