@@ -152,6 +152,11 @@ class ElectraPretraining(torch.nn.Module):
         """The discriminator's config: the encoder being trained."""
         return self.discriminator.config
 
+    @property
+    def base_model(self) -> Any:
+        """The discriminator's encoder (`ElectraModel`): what a downstream probe fine-tunes, as for a masked LM."""
+        return self.discriminator.electra
+
     def step(
         self,
         input_ids: torch.Tensor,

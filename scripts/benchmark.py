@@ -14,6 +14,10 @@ in time to a target perplexity, and in how cost grows with sequence length and m
 4. recipe: both sides with OUR hyperparameters for the same steps, validation perplexity by step (per step, our
    sparse head, masking and loop must learn at least as well as the recipe).
 5. growth: tokens/s and peak memory of the bare step for several seq_len and model sizes.
+6. electra (on request, not in the default list): MLM and ELECTRA models of the same encoder size, from the same
+   tokenizer and token store, each pretrain for --objective-budget seconds; then each, and the untrained encoder,
+   is fine-tuned on --probe-task by `mlmtrain probe` with identical settings over --probe-seeds seeds: test
+   accuracy mean with its 95 % interval (Student's t over seeds), and each objective's tokens/s.
 
 Every contestant runs in a process of its own (its own allocator and peak memory) and is timed the same way: wall
 time from the end of warm-up step k to the end of the last step n, tokens/s = (tokens_n - tokens_k) / (t_n - t_k).
@@ -59,7 +63,9 @@ from mlmtrain.tokens import TokenStore, tokenize_corpus
 
 REPO = Path(__file__).resolve().parent.parent
 WIKI = REPO.parent / "shared" / "corpora" / "wikipedia-vital-summaries"
-SECTIONS = ("throughput", "limit", "quality", "recipe", "growth")
+SECTIONS = ("throughput", "limit", "quality", "recipe", "growth", "electra")
+DEFAULT_SECTIONS = SECTIONS[:-1]  # the objective comparison needs the probe task and a long budget: on request
+TASK = REPO.parent / "shared" / "tasks" / "wikipedia-vital-topics"
 H200_DENSE_BF16_TFLOPS = 989.0
 HF_MLM_PROBABILITY = 0.15  # what run_mlm.py hands DataCollatorForLanguageModeling
 AUTOCAST = {"fp32": None, "bf16": torch.bfloat16}
@@ -91,6 +97,10 @@ DEFAULTS = {
     "eval_blocks": 128,
     "recipe_steps": 150,
     "vocab_size": 30522,
+    "objective_budget": 1200.0,
+    "probe_seeds": 5,
+    "probe_epochs": 3,
+    "probe_examples": None,
 }
 QUICK = {
     "size": "tiny",
@@ -105,6 +115,10 @@ QUICK = {
     "eval_blocks": 16,
     "recipe_steps": 10,
     "vocab_size": 2000,
+    "objective_budget": 6.0,
+    "probe_seeds": 2,
+    "probe_epochs": 1,
+    "probe_examples": 48,
 }
 # Growth: seq_len varies at one size, size varies at one seq_len.
 GROWTH = {"seq_lens": (128, 256, 512), "seq_size": "mini", "sizes": ("tiny", "mini", "small"), "size_seq": 128}
@@ -742,6 +756,80 @@ def section_growth(setup: Setup) -> dict[str, Any]:
     return {"batch": a.batch, "steps": a.growth_steps, "warmup_steps": warmup_steps, "rows": rows}
 
 
+# Student's t, two-sided 95 %, by degrees of freedom: a handful of seeds is too few for the normal 1.96
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def mean_interval(values: list[float]) -> dict[str, Any]:
+    """Mean and 95 % interval over seeds (t with n - 1 degrees of freedom; 1.96 beyond 10; none for one value)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return {"values": values, "mean": mean, "ci95": None}
+    half = T_975.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
+    return {"values": values, "mean": mean, "ci95": [mean - half, mean + half]}
+
+
+def _probe(setup: Setup, model: Path, seed: int, baseline: bool) -> dict[str, Any]:
+    """`mlmtrain probe` (fine-tuning) of one checkpoint with one seed, as a user runs it; its JSON report."""
+    a = setup.args
+    run_dir = setup.run_dir(f"probe-{model.parent.parent.name}-s{seed}")
+    command = [sys.executable, "-m", "mlmtrain", "probe", "--model", str(model), "--task", str(a.probe_task)]
+    command += ["--epochs", str(a.probe_epochs), "--seed", str(seed), "--device", setup.device, "--json"]
+    if a.probe_examples:
+        command += ["--max-train-examples", str(a.probe_examples), "--max-eval-examples", str(a.probe_examples)]
+    if baseline:
+        command.append("--baseline")
+    run_logged(command, run_dir)
+    log = (run_dir / "benchmark.log").read_text(encoding="utf-8").splitlines()
+    return json.loads([line for line in log if line.startswith("{")][-1])  # the report is one JSON line
+
+
+def section_electra(setup: Setup) -> dict[str, Any]:
+    """Section 6: MLM against ELECTRA at equal pretraining wall time, judged by fine-tuning on a labeled task."""
+    a = setup.args
+    pretrained: dict[str, dict[str, Any]] = {}
+    for objective in ("mlm", "electra"):
+        say(f"benchmark: electra: {objective} pretraining for {a.objective_budget:g} s")
+        run_dir = setup.run_dir(f"objective-{objective}")
+        budget = {
+            "train.objective": objective,
+            "train.max_steps": None,
+            "train.max_time": a.objective_budget,
+            "train.log_every": 1,
+            "train.eval_every": 0,  # the budget is all training; the probe judges
+        }
+        run = run_ours(setup, run_dir, setup.ours(run_dir, extra=budget))
+        tokens, seconds = run["points"][-1]
+        pretrained[objective] = {
+            "checkpoint": run_dir / "checkpoints" / "latest",
+            "steps": run["steps"],
+            "tokens": tokens,
+            "seconds": seconds,
+            "tokens_per_s": tokens / seconds,
+            "command": run["command"],
+        }
+    accuracy: dict[str, list[float]] = {"untrained": [], "mlm": [], "electra": []}
+    for seed in range(a.probe_seeds):
+        say(f"benchmark: electra: fine-tuning, seed {seed + 1}/{a.probe_seeds}")
+        # the MLM run's report carries the untrained encoder of the same size too (--baseline), same settings
+        mlm = _probe(setup, pretrained["mlm"]["checkpoint"], seed, baseline=True)
+        accuracy["mlm"].append(mlm["accuracy"])
+        accuracy["untrained"].append(mlm["baseline"]["accuracy"])
+        accuracy["electra"].append(_probe(setup, pretrained["electra"]["checkpoint"], seed, False)["accuracy"])
+    rows = {name: mean_interval(values) for name, values in accuracy.items()}
+    for name in ("mlm", "electra"):
+        rows[name].update({k: v for k, v in pretrained[name].items() if k != "checkpoint"})
+    return {
+        "budget_s": a.objective_budget,
+        "task": str(a.probe_task),
+        "seeds": a.probe_seeds,
+        "epochs": a.probe_epochs,
+        "examples": a.probe_examples,
+        "rows": rows,
+        "electra_minus_mlm": rows["electra"]["mean"] - rows["mlm"]["mean"],
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Verdicts and reports
 
@@ -780,6 +868,9 @@ def verdicts(results: dict[str, Any], device_type: str) -> list[Verdict]:
         same = quality["same_step"]
         ratio = same["ours_ppl"] / same["hf_ppl"] if same else None
         out.append(Verdict("ppl at the same step: ours / HF", ratio, "<=", targets["same_step_ppl_ratio"]))
+    electra = results.get("electra")
+    if electra:
+        out.append(Verdict("electra - mlm test accuracy, equal time", electra["electra_minus_mlm"], ">=", 0.0))
     recipe = results.get("recipe")
     if recipe and recipe["same_step"]:
         same = recipe["same_step"]
@@ -888,6 +979,22 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [f"## Cost growth (bare step, batch {growth['batch']}, {growth['steps']} steps)", ""]
         lines += _table(["size", "seq_len", "parameters", "tokens/s", "peak device MiB", "peak RSS MiB"], rows)
         lines.append("")
+    electra = results.get("electra")
+    if electra:
+        rows = []
+        for name in ("untrained", "mlm", "electra"):
+            row = electra["rows"][name]
+            low_high = "–" if row["ci95"] is None else f"{row['ci95'][0]:.4f} to {row['ci95'][1]:.4f}"
+            rows.append(
+                [name, f"{row['mean']:.4f}", low_high, _number(row.get("tokens_per_s")), _number(row.get("steps"))]
+            )
+        lines += [
+            f"## MLM and ELECTRA at equal time ({electra['budget_s']:g} s of pretraining each), fine-tuned on "
+            f"{Path(electra['task']).name}: test accuracy over {electra['seeds']} seeds",
+            "",
+        ]
+        lines += _table(["encoder", "mean accuracy", "95% interval", "pretraining tokens/s", "steps"], rows)
+        lines.append("")
     lines += ["## Targets", ""]
     lines += _table(["figure", "value", "target", "result"], [v.row() for v in results["verdicts"]])
     return "\n".join(lines) + "\n"
@@ -944,13 +1051,26 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add("--train", help="training text (default ../shared wikipedia-vital-summaries, else builtin:python-docs)")
     add("--valid", help="validation text (default valid.txt beside --train, else 5 %% of the training documents)")
     add("--vocab-size", type=int, help="WordPiece vocabulary (default 30522)")
-    add("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
+    add(
+        "--sections",
+        default=",".join(DEFAULT_SECTIONS),
+        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all but electra)",
+    )
     add("--quality-budget", type=float, help="training seconds per side in the quality section (default 300)")
     add("--eval-every", type=int, help="steps between evaluations in the quality section (default 50)")
     add("--eval-blocks", type=int, help="validation blocks per evaluation (default 128)")
     add("--recipe-steps", type=int, help="steps per side in the same-recipe section (default 150)")
     add("--target-ppl", type=float, help="default: the lowest perplexity the HF recipe reached in its budget")
     add("--peak-tflops", type=float, default=H200_DENSE_BF16_TFLOPS, help="peak for MFU (default H200 dense bf16)")
+    add("--objective-budget", type=float, help="electra: pretraining seconds per objective (default 1200)")
+    add(
+        "--probe-task",
+        default=str(TASK),
+        help="electra: labeled task folder (default ../shared wikipedia-vital-topics)",
+    )
+    add("--probe-seeds", type=int, help="electra: fine-tuning seeds per encoder (default 5)")
+    add("--probe-epochs", type=int, help="electra: fine-tuning epochs (default 3)")
+    add("--probe-examples", type=int, help="electra: cap on train and on valid/test examples (default: all)")
     add("--set", action="append", default=[], metavar="KEY=VALUE", help="our side only, e.g. train.compile=true")
     add("--quick", action="store_true", help="tiny everything, for a smoke test")
     add("--out", default=str(REPO / "results"), help="folder for benchmark-<time>.json and .md")
@@ -979,6 +1099,13 @@ def check_args(args: argparse.Namespace) -> set[str]:
         raise BenchmarkError("--growth-steps must be >= 4")
     if args.rounds < 1:
         raise BenchmarkError("--rounds must be >= 1")
+    if "electra" in sections:
+        if not Path(args.probe_task).is_dir():
+            raise BenchmarkError(f"--probe-task {args.probe_task} is not a folder; pass a labeled task folder")
+        if importlib.util.find_spec("mlmtrain.probe") is None:
+            raise BenchmarkError("the electra section fine-tunes with `mlmtrain probe`, which this mlmtrain lacks")
+        if args.probe_seeds < 1:
+            raise BenchmarkError("--probe-seeds must be >= 1")
     if {"throughput", "quality", "recipe"} & sections:
         missing = [name for name in ("datasets", "accelerate") if importlib.util.find_spec(name) is None]
         if missing:
@@ -1018,6 +1145,8 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
         results["recipe"] = section_recipe(setup)
     if "growth" in sections:
         results["growth"] = section_growth(setup)
+    if "electra" in sections:
+        results["electra"] = section_electra(setup)
     results["verdicts"] = verdicts(results, "cuda" if setup.device.startswith("cuda") else "cpu")
     return results
 

@@ -101,3 +101,36 @@ def test_gpu_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
     _run(["bash", str(REPO / "scripts" / "benchmark_gpu.sh"), "--quick", *work, "--sections", "limit", "--rounds", "1"])
     rounds = _report(out)["rounds"]
     assert rounds["ours_over_limit"] > 0 and "hf" not in rounds
+
+
+def test_mean_interval_over_seeds_uses_students_t(bench) -> None:
+    summary = bench.mean_interval([0.5, 0.6, 0.7])
+    assert summary["mean"] == pytest.approx(0.6)
+    half = 4.303 * 0.1 / 3**0.5  # t(0.975, 2 df) x sd / sqrt(n)
+    assert summary["ci95"] == pytest.approx([0.6 - half, 0.6 + half])
+    assert bench.mean_interval([0.5])["ci95"] is None
+
+
+def test_the_electra_section_is_on_request_and_checks_its_task(bench, tmp_path: Path) -> None:
+    assert "electra" not in bench.parse_args(["--quick"]).sections.split(",")
+    with pytest.raises(bench.BenchmarkError, match="--probe-task"):
+        bench.check_args(bench.parse_args(["--quick", "--sections", "electra", "--probe-task", str(tmp_path / "no")]))
+
+
+@pytest.mark.slow
+def test_quick_electra_comparison(tmp_path: Path) -> None:
+    pytest.importorskip("mlmtrain.probe")
+    task = Path(__file__).resolve().parents[1].parent / "shared" / "tasks" / "wikipedia-vital-topics"
+    if not task.is_dir():
+        pytest.skip("the probe task is not available")
+    out = tmp_path / "results"
+    common = ["--quick", "--train", "builtin:python-docs", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    _run([sys.executable, str(SCRIPT), *common, "--sections", "electra", "--probe-task", str(task)])
+    report = _report(out)
+    rows = report["electra"]["rows"]
+    for name in ("untrained", "mlm", "electra"):
+        assert len(rows[name]["values"]) == 2 and 0.0 <= rows[name]["mean"] <= 1.0
+    for name in ("mlm", "electra"):
+        assert rows[name]["tokens_per_s"] > 0 and rows[name]["steps"] > 0
+        assert f"train.objective={name}" in rows[name]["command"]
+    assert [v["figure"] for v in report["verdicts"]] == ["electra - mlm test accuracy, equal time"]
