@@ -69,7 +69,7 @@ def _ensure_data(cfg: Config) -> None:
         prepare_tokenizer(cfg, corpus_splits(cfg.data)[0])
 
 
-def _eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
+def eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
     """Validation blocks for training-time evaluation (None when the validation split has no full block)."""
     if not cfg.data.use_store:
         return None
@@ -89,10 +89,10 @@ def _eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
 
 def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Path]) -> Path:
     parts = build_parts(cfg, ctx, resume_from)
-    eval_set = _eval_set(cfg, parts.tokenizer) if ctx.is_main and cfg.train.eval_every else None
+    validation = eval_set(cfg, parts.tokenizer) if ctx.is_main and cfg.train.eval_every else None
     if ctx.is_main:
         _announce(parts, run_dir, resume_from)
-    return Loop(parts, run_dir, eval_set).run()
+    return Loop(parts, run_dir, validation).run()
 
 
 def _announce(parts: Parts, run_dir: Path, resume_from: Optional[Path]) -> None:
