@@ -241,3 +241,18 @@ def test_mlm_objective_is_the_mean_over_selected_tokens() -> None:
     assert objective.counts(batch) == [selected]
     assert float(objective.loss(torch.tensor(12.0), [selected])) == pytest.approx(12.0 / selected)
     assert objective.parts(torch.tensor(12.0), [selected]) == {}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--set", "electra.temperature=2"],
+        ["--set", "train.objective=electra", "--set", "electra.generator_size=2"],
+    ],
+)
+def test_config_refusals_are_one_line_exit_2(options: list[str], capsys: pytest.CaptureFixture) -> None:
+    from .test_reliability import assert_one_error_line, run_cli
+
+    code, lines = run_cli(capsys, "config", "show", *options)
+    assert code == 2
+    assert_one_error_line(lines, "mlmtrain: config: electra.")
