@@ -151,6 +151,37 @@ def fill_mask(
     run_fill_mask_command(model=model, text=text, top_k=top_k, device=device)
 
 
+@app.command()
+def report(
+    run_dirs: list[Path] = typer.Argument(..., help="Run folders (train.run_dir); several are overlaid."),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="HTML file to write (default: RUN_DIR/report.html; ./report.html for several runs).",
+    ),
+    png: Optional[Path] = typer.Option(None, "--png", help="Also write each plot as a PNG into this folder."),
+    x: str = typer.Option("steps", "--x", help="x axis of the plots: steps, tokens or time."),
+    check: bool = typer.Option(
+        False, "--check", help="Print the health checks instead of writing a page; exit 1 when one fails."
+    ),
+    overrides: list[str] = typer.Option(
+        [], "--set", "-s", help="Change a health threshold, e.g. --set report.data_wait_share=0.2 (repeatable)."
+    ),
+) -> None:
+    """One self-contained HTML page per run (or several overlaid): curves, summary, config differences, health."""
+    from mlmtrain.report import check_runs, write_report
+
+    if check and out is None and png is None:
+        if check_runs(run_dirs, overrides):
+            raise typer.Exit(1)
+        return
+    written = write_report(run_dirs, out=out, axis=x, png_dir=png, overrides=overrides)
+    print(f"report: {written}", file=sys.stderr)
+    if check and check_runs(run_dirs, overrides):
+        raise typer.Exit(1)
+
+
 @config_app.command("show")
 def config_show(config: Optional[Path] = ConfigOption, overrides: list[str] = SetOption) -> None:
     """Print the resolved config (file + overrides + defaults) as YAML."""
@@ -187,7 +218,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = _normalise_argv(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
-        app(args=args, prog_name="mlmtrain", standalone_mode=False)
+        code = app(args=args, prog_name="mlmtrain", standalone_mode=False)
+        if isinstance(code, int) and code:  # click hands back typer.Exit(code) as a return value here
+            sys.exit(code)
     except UserError as error:
         if debug:
             raise

@@ -297,6 +297,38 @@ class CheckpointConfig:
 
 
 @dataclass
+class ReportConfig:
+    html: bool = _f(True, "write RUN_DIR/report.html (plots and health checks) at each checkpoint; needs matplotlib")
+    data_wait_share: float = _f(0.10, "health: the loop may wait for the next batch at most this share of the time")
+    spike_factor: float = _f(
+        1.5, "health: a logged loss above this multiple of the median of the lines before it is a spike"
+    )
+    nonfinite_steps: int = _f(0, "health: most steps the run may skip for a non-finite loss")
+    divergence_factor: float = _f(1.3, "health: a final smoothed loss above this multiple of its minimum is divergence")
+    plateau_evals: int = _f(3, "health: evaluations without a new best validation loss that make a plateau")
+    plateau_lr_share: float = _f(0.5, "health: a plateau counts while lr is above this share of its peak")
+    overfit_epochs: float = _f(3.0, "health: passes over the training tokens before overfitting is looked for")
+    overfit_gap: float = _f(0.1, "health: growth of (validation - training loss) in nats that counts as overfitting")
+    unk_rate: float = _f(0.005, "health: largest acceptable share of [UNK] tokens in the validation split")
+    tokens_per_word: float = _f(2.0, "health: largest acceptable WordPiece tokens per whitespace word")
+    duplicate_share: float = _f(0.05, "health: largest acceptable share of exact duplicate training documents")
+    tokens_per_param: float = _f(20.0, "health: fewest training tokens per model parameter the run should plan for")
+    warmup_share: float = _f(0.5, "health: largest share of the run that optim.warmup_steps may take")
+
+    def validate(self) -> None:
+        for name in ("data_wait_share", "plateau_lr_share", "unk_rate", "duplicate_share", "warmup_share"):
+            _check(
+                0.0 <= getattr(self, name) <= 1.0, f"report.{name}", f"must be in [0, 1] (got {getattr(self, name)})"
+            )
+        for name in ("spike_factor", "divergence_factor", "tokens_per_word"):
+            _check(getattr(self, name) >= 1.0, f"report.{name}", f"must be >= 1 (got {getattr(self, name)})")
+        for name in ("overfit_epochs", "overfit_gap", "tokens_per_param"):
+            _check(getattr(self, name) >= 0.0, f"report.{name}", f"must be >= 0 (got {getattr(self, name)})")
+        _check(self.nonfinite_steps >= 0, "report.nonfinite_steps", f"must be >= 0 (got {self.nonfinite_steps})")
+        _check(self.plateau_evals >= 1, "report.plateau_evals", f"must be >= 1 (got {self.plateau_evals})")
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
@@ -306,6 +338,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     electra: ElectraConfig = field(default_factory=ElectraConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
 
     def validate(self) -> None:
         for section in SECTIONS:

@@ -210,13 +210,12 @@ def load_tokenizer(name_or_folder: Union[str, Path]) -> transformers.PreTrainedT
         raise UserError("tokenizer", f"cannot load tokenizer {name}: {first_line}") from error
     if not getattr(tokenizer, "is_fast", False):
         raise UserError("tokenizer", f"tokenizer {name} is not a fast (Rust) tokenizer; use one with a tokenizer.json")
-    roles = {"mask": "MLM masks it", "pad": "unpacked blocks pad with it", "cls": "blocks open with it",
+    roles = {"mask": "MLM masks with it", "pad": "unpacked blocks pad with it", "cls": "blocks open with it",
              "sep": "it closes blocks and separates documents"}  # fmt: skip
-    missing = [f"{role} ({why})" for role, why in roles.items() if getattr(tokenizer, f"{role}_token") is None]
+    missing = [f"{role} token ({why})" for role, why in roles.items() if getattr(tokenizer, f"{role}_token") is None]
     if missing:
         raise UserError(
-            "tokenizer",
-            f"tokenizer {name} has no {', no '.join(missing)} token; use a BERT- or RoBERTa-style tokenizer",
+            "tokenizer", f"tokenizer {name} has no {', no '.join(missing)}; use a BERT- or RoBERTa-style tokenizer"
         )
     # Some published tokenizer.json files switch on truncation (512) and batch padding. transformers resets both on
     # every call, but the token store and the live loader call the Rust backend directly, where they would cut long

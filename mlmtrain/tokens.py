@@ -45,6 +45,7 @@ class SplitStats:
     tokens: int = 0
     words: int = 0
     unk_tokens: int = 0
+    duplicates: int = 0  # documents whose exact text came earlier in the split
     shards: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -113,7 +114,10 @@ def encode_split(
     vocab_size = tokenizer.get_vocab_size()
     writer = _SplitWriter(folder, split, ids_dtype(vocab_size))
     started = time.perf_counter()
+    # 8 bytes a document, as the document index itself; a 64-bit hash collision is ~1e-3 likely at 1e8 documents
+    hashes: list[np.ndarray] = []
     for batch in _batches(corpus, ENCODE_BATCH):
+        hashes.append(np.fromiter((hash(text) for text in batch), dtype=np.int64, count=len(batch)))
         encodings = tokenizer.encode_batch(batch, add_special_tokens=False)
         pieces = [np.asarray(e.ids + [sep_id], dtype=np.int64) for e in encodings]
         ids = np.concatenate(pieces)
@@ -128,6 +132,7 @@ def encode_split(
             speed = read_mb / max(time.perf_counter() - started, 1e-9)
             progress.set_postfix(tokens=f"{writer.stats.tokens:,}", MB_s=f"{speed:.1f}", refresh=False)
     writer.close()
+    writer.stats.duplicates = writer.stats.documents - len(np.unique(np.concatenate(hashes))) if hashes else 0
     return writer.stats
 
 
@@ -332,7 +337,14 @@ def tokenize_corpus(cfg: Config, quiet: bool = False) -> Path:
             "sources": sources,
             "source_descriptions": {"train": train_corpus.describe(), "validation": valid_corpus.describe()},
             "splits": {
-                split: {"documents": s.documents, "tokens": s.tokens, "shards": s.shards} for split, s in stats.items()
+                split: {
+                    "documents": s.documents,
+                    "tokens": s.tokens,
+                    "duplicates": s.duplicates,
+                    **({"words": s.words, "unk_tokens": s.unk_tokens} if s.words else {}),  # counted on validation
+                    "shards": s.shards,
+                }
+                for split, s in stats.items()
             },
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
@@ -352,6 +364,7 @@ def tokenize_corpus(cfg: Config, quiet: bool = False) -> Path:
         f"{stats['train'].tokens:,} / {valid.tokens:,} tokens, vocabulary {backend.get_vocab_size():,}, "
         f"validation UNK rate {valid.unk_tokens / max(valid.tokens, 1):.4%}, "
         f"{(valid.tokens - valid.documents) / max(valid.words, 1):.3f} tokens per word, "
+        f"{stats['train'].duplicates:,} exact duplicate train documents, "
         f"{seconds:.1f}s ({total_bytes / 1e6 / max(seconds, 1e-9):.1f} MB/s) -> {target}"
     )
     return target

@@ -22,6 +22,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.guard import RunLock, StopRequested, claim_run_dir
 from mlmtrain.objective import evaluate_trained
 from mlmtrain.progress import Reporter, say
+from mlmtrain.report import LiveReport
 from mlmtrain.step import Parts, StepResult, budget_progress, build_parts, train_step
 from mlmtrain.tokenizer import tokenizer_fingerprint
 from mlmtrain.tokens import TokenStore, tokenize_corpus
@@ -124,6 +125,7 @@ class Loop:
         self.run_dir, self.eval_set = run_dir, eval_set
         self.start_step = parts.state.step  # pause_after applies once: a resumed run goes on past it
         self.last_saved: Optional[Path] = ckpt.latest_checkpoint(run_dir) if self.ctx.is_main else None
+        self.live_report = LiveReport(run_dir) if self.cfg.report.html else None
 
     def run(self) -> Path:
         cfg, state, ctx = self.cfg, self.state, self.ctx
@@ -191,6 +193,7 @@ class Loop:
     def skipped(self, result: StepResult, reporter: Reporter) -> None:
         """A skipped step is reported; too many in a row stop the run (the last good checkpoint stays)."""
         state = self.state
+        reporter.log({"step": state.step, "tokens": state.tokens, "nonfinite_skipped": state.nonfinite_total})
         reporter.message(
             f"step {state.step + 1}: loss is {result.loss}; step skipped ({state.nonfinite_in_row} in a row)"
         )
@@ -255,6 +258,8 @@ class Loop:
             )
             best = self.run_dir / "checkpoints" / f"step-{state.best_step}" if self.cfg.checkpoint.keep_best else None
             ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, keep=best)
+            if self.live_report is not None:
+                self.live_report.refresh()  # never raises: a failed page must not stop the run
             return folder
 
         self.last_saved = on_main(ctx, write) or self.last_saved  # a failed write (disk full) stops every rank

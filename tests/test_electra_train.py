@@ -128,3 +128,15 @@ def test_two_processes_with_a_time_budget(tiny_data: Path, tmp_path: Path) -> No
     final = run_dir / "checkpoints" / "latest"
     assert final.resolve().name == f"step-{steps[-1]['step']}"
     assert (final / "generator" / "model.safetensors").is_file()
+
+
+def test_report_draws_the_electra_curves_and_its_checks_pass(electra_run: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from mlmtrain import report
+
+    out = tmp_path / "page.html"
+    report.write_report([electra_run], out=out)
+    page = out.read_text()
+    for title in ("ELECTRA training loss parts", "ELECTRA generator perplexity", "ELECTRA replaced-token detection"):
+        assert title in page, title
+    assert report.check_runs([electra_run])

@@ -82,5 +82,5 @@ def test_the_live_stream_packs_with_the_tokenizers_own_tokens(roberta_data: Path
 def test_a_tokenizer_without_a_separator_is_refused_in_one_line(tmp_path: Path) -> None:
     write_corpus(tmp_path / "train.txt", 50, seed=3)
     folder = roberta_named_tokenizer(tmp_path / "no-sep", tmp_path / "train.txt", sep_token="")
-    with pytest.raises(UserError, match=r"no sep \(it closes blocks"):
+    with pytest.raises(UserError, match=r"no sep token \(it closes blocks"):
         load_tokenizer(folder)
