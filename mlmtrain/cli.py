@@ -85,7 +85,8 @@ def pretrain(
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Start afresh in a run_dir that holds another run."),
 ) -> None:
-    """Pretrain a BertForMaskedLM with dynamic masking; writes checkpoints to run_dir/checkpoints."""
+    """Pretrain an encoder with dynamic masking (MLM, or ELECTRA with train.objective=electra); writes checkpoints
+    to run_dir/checkpoints."""
     cfg = _load(config, overrides)  # a bad config fails before the slow imports
     from mlmtrain.train import pretrain as run_pretrain
 
@@ -95,7 +96,10 @@ def pretrain(
 @app.command("eval-perplexity")
 def eval_perplexity(
     model: Path = typer.Option(
-        ..., "--model", "-m", help="Masked-LM folder (any BertForMaskedLM-compatible checkpoint)."
+        ...,
+        "--model",
+        "-m",
+        help="Masked-LM folder (any BertForMaskedLM-compatible checkpoint; of an ELECTRA run: its generator).",
     ),
     data: Optional[str] = typer.Option(
         None, "--data", "-d", help="Text source: a path, glob, 'builtin:python-docs' or 'hf:NAME[/CONFIG]:SPLIT'."
@@ -138,7 +142,7 @@ def eval_perplexity(
 
 @app.command("fill-mask")
 def fill_mask(
-    model: Path = typer.Option(..., "--model", "-m", help="Masked-LM folder."),
+    model: Path = typer.Option(..., "--model", "-m", help="Masked-LM folder (of an ELECTRA run: its generator)."),
     text: Optional[str] = typer.Argument(
         None, help="Text with [MASK] (or the model's mask token); default: lines from stdin."
     ),

@@ -125,8 +125,8 @@ def test_loss_sums_and_gradients_reach_both_models() -> None:
         float(sums[0].detach()) / selected + 50 * float(sums[1].detach()) / scored
     )
     assert objective.parts(sums.detach(), [selected, scored]) == {
-        "generator_loss": pytest.approx(float(sums[0]) / selected),
-        "discriminator_loss": pytest.approx(float(sums[1]) / scored),
+        "generator_loss": pytest.approx(float(sums[0].detach()) / selected),
+        "discriminator_loss": pytest.approx(float(sums[1].detach()) / scored),
     }
     loss.backward()
     assert all(p.grad is not None for p in pair.parameters())
@@ -145,7 +145,7 @@ def test_loss_falls() -> None:
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     assert np.mean(losses[-4:]) < 0.7 * np.mean(losses[:4])
 
 
