@@ -256,3 +256,13 @@ def test_config_refusals_are_one_line_exit_2(options: list[str], capsys: pytest.
     code, lines = run_cli(capsys, "config", "show", *options)
     assert code == 2
     assert_one_error_line(lines, "mlmtrain: config: electra.")
+
+
+def test_the_dense_generator_head_gives_the_sparse_heads_loss() -> None:
+    batch = batches(1)[0]
+    sums = []
+    for sparse in ("true", "false"):
+        pair = pair_of(f"model.sparse_head={sparse}")
+        torch.manual_seed(3)  # the same draws for the replacements
+        sums.append(pair(**batch).detach())
+    torch.testing.assert_close(sums[0], sums[1], rtol=1e-5, atol=1e-5)
