@@ -152,6 +152,7 @@ def _table(report: dict[str, Any], source: str) -> str:
         ("scored tokens" if pseudo else "masked tokens", f"{report['masked_tokens']:,}"),
         ("loss", f"{report['loss']:.4f}"),
         ("pseudo-perplexity" if pseudo else "perplexity", f"{report['perplexity']:.4f}"),
+        ("accuracy", f"{report['accuracy']:.4f}"),
         ("95% interval", f"{low:.4f} to {high:.4f}" if math.isfinite(low) else "n/a (needs 2 blocks or more)"),
         ("seconds", f"{report['seconds']:.1f}"),
     ]

@@ -11,8 +11,7 @@ from transformers import BertConfig, BertForMaskedLM
 
 from mlmtrain.config import ModelConfig
 from mlmtrain.errors import UserError
-
-IGNORE_INDEX = -100  # label of positions that are not predicted (HF's CrossEntropyLoss convention)
+from mlmtrain.masking import IGNORE_INDEX
 
 
 def padded_vocab_size(vocab_size: int, multiple: int) -> int:

@@ -47,6 +47,25 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, device: torch.devi
     )
 
 
+def apply_optim_config(optimizer: torch.optim.Optimizer, cfg: OptimConfig) -> list[str]:
+    """Put the config's betas, eps and weight decay into an optimizer restored from a checkpoint, so that on resume
+    the config wins over the saved settings (the decay group is the first, as `parameter_groups` orders them).
+    Returns the settings that changed, as 'key: saved -> config' (the learning rate is set every step anyway)."""
+    changed = []
+    for index, group in enumerate(optimizer.param_groups):
+        wanted = {
+            "betas": (cfg.beta1, cfg.beta2),
+            "eps": cfg.eps,
+            "weight_decay": cfg.weight_decay if index == 0 else 0.0,
+        }
+        for key, value in wanted.items():
+            saved = tuple(group[key]) if key == "betas" else group[key]
+            if saved != value and index == 0:
+                changed.append(f"{key}: {saved} -> {value}")
+            group[key] = value
+    return changed
+
+
 def learning_rate(step: int, progress: float, cfg: OptimConfig, warmup_end_progress: float = 0.0) -> float:
     """The learning rate for optimizer step `step` (0-based: the number of steps already taken).
 
