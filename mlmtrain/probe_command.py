@@ -16,11 +16,10 @@ from mlmtrain.probe import (
     POOLINGS,
     PreparedTask,
     ProbeSettings,
-    TaskFields,
     encoder_config,
-    load_task,
     probe_encoder,
 )
+from mlmtrain.tasks import TaskFields, load_task
 
 
 def _check_save(save: Optional[Path], mode: str) -> None:
