@@ -22,6 +22,7 @@ import torch
 from safetensors import SafetensorError
 
 from mlmtrain.config import Config, save_config
+from mlmtrain.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.errors import UserError
 from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
 
@@ -73,14 +74,6 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-def _fsync_tree(folder: Path) -> None:
-    """Flush every file of a folder to disk before it is marked complete (a crash must not leave holes)."""
-    for path in folder.iterdir():
-        if path.is_file():
-            with open(path, "rb") as handle:
-                os.fsync(handle.fileno())
-
-
 def save_checkpoint(
     run_dir: Path,
     step: int,
@@ -108,8 +101,8 @@ def save_checkpoint(
         save_config(cfg, staging)
         torch.save(state, staging / STATE_FILE)
         (staging / "checkpoint.json").write_text(json.dumps({"step": step, **(metrics or {})}, indent=1))
-        _fsync_tree(staging)
-        (staging / COMPLETE).write_text("ok\n")
+        fsync_tree(staging)
+        write_marker(staging / COMPLETE)
         if final.exists():  # a step saved before (a resume from an older checkpoint): swap, never half-delete
             replaced = root / f".old-step-{step}-{os.getpid()}"
             final.rename(replaced)
@@ -117,6 +110,7 @@ def save_checkpoint(
             shutil.rmtree(replaced, ignore_errors=True)
         else:
             staging.rename(final)
+        fsync_dir(root)  # the rename itself must reach the disk, or a power loss could forget the checkpoint
     except (OSError, RuntimeError, SafetensorError) as error:  # torch.save and safetensors wrap I/O errors
         shutil.rmtree(staging, ignore_errors=True)
         previous = latest_checkpoint(run_dir)

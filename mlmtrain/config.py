@@ -93,7 +93,9 @@ class MaskingConfig:
     random_replace: float = _f(0.1, "share of selected tokens replaced by a random ordinary token")
     whole_word: bool = _f(False, "select all WordPiece pieces of a word together")
     fixed_count: bool = _f(
-        False, "select exactly round(rate x maskable tokens) per block (static shapes) instead of a coin per token"
+        False,
+        "select exactly round(rate x maskable tokens) per block instead of a coin per token; with packing the inner "
+        "[SEP]s are not maskable, so the count varies a little between blocks (shapes are not fully static)",
     )
     eval_seed: int = _f(1234, "seed of the fixed evaluation masks")
 

@@ -171,7 +171,9 @@ def mask_tokens(
     start) is selected with probability `mlm_probability`. With `fixed_count`, k = round(mlm_probability
     x maskable tokens) per row, and units are taken in a random order until k tokens are selected:
     exactly k; with `whole_word`, words are never split, so the word that reaches k is taken whole and
-    the count is k up to k + (that word's length - 1), never fewer than k. Of the selected tokens, each
+    the count is k up to k + (that word's length - 1), never fewer than k. k is exact per row, not per batch:
+    in packed blocks the [SEP]s between documents are special, so rows with more documents have fewer
+    maskable tokens and a slightly smaller k. Of the selected tokens, each
     independently becomes [MASK] (`mask_replace`), a uniform random ordinary token (`random_replace`),
     or stays as it is.
     Labels are the original ids at selected positions, -100 elsewhere. A row, even a whole batch, may

@@ -71,7 +71,7 @@ def _ensure_data(cfg: Config) -> None:
         prepare_tokenizer(cfg, corpus_splits(cfg.data)[0])
 
 
-def _eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
+def eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
     """Validation blocks for training-time evaluation (None when the validation split has no full block)."""
     if not cfg.data.use_store:
         return None
@@ -91,11 +91,11 @@ def _eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
 
 def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Path], task: Optional[Task]) -> Path:
     parts = build_parts(cfg, ctx, resume_from)
-    eval_set = _eval_set(cfg, parts.tokenizer) if ctx.is_main and cfg.train.eval_every else None
+    validation = eval_set(cfg, parts.tokenizer) if ctx.is_main and cfg.train.eval_every else None
     probe = LiveProbe(cfg.probe, task, parts.tokenizer, ctx.device, cfg.train.seed) if task else None
     if ctx.is_main:
         _announce(parts, run_dir, resume_from)
-    return Loop(parts, run_dir, eval_set, probe).run()
+    return Loop(parts, run_dir, validation, probe).run()
 
 
 def _announce(parts: Parts, run_dir: Path, resume_from: Optional[Path]) -> None:

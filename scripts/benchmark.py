@@ -40,7 +40,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -50,15 +49,16 @@ import torch
 from transformers import TrainerCallback
 
 from mlmtrain.config import Config, DataConfig, load_config
-from mlmtrain.data import MicroBatches, StoreBlocks, batch_layout, evaluation_blocks
+from mlmtrain.distributed import init_distributed
 from mlmtrain.errors import UserError
 from mlmtrain.evaluate import evaluate_blocks
-from mlmtrain.masking import MaskingCollator, VocabInfo
-from mlmtrain.model import MaskedLM, build_model, flops_per_token
-from mlmtrain.optim import build_optimizer
+from mlmtrain.masking import VocabInfo
+from mlmtrain.model import build_model, flops_per_token
 from mlmtrain.progress import say
+from mlmtrain.step import build_parts, train_step
 from mlmtrain.tokenizer import load_tokenizer
-from mlmtrain.tokens import TokenStore, tokenize_corpus
+from mlmtrain.tokens import tokenize_corpus
+from mlmtrain.train import eval_set
 
 REPO = Path(__file__).resolve().parent.parent
 WIKI = REPO.parent / "shared" / "corpora" / "wikipedia-vital-summaries"
@@ -288,13 +288,6 @@ def _peak_device_memory(device: torch.device) -> dict[str, float]:
     return {"peak_device_mb": torch.cuda.max_memory_allocated(device) / 2**20} if device.type == "cuda" else {}
 
 
-def _eval_set(cfg: Config, tokenizer: Any) -> tuple[StoreBlocks, list[int]]:
-    """The validation blocks training-time evaluation uses (as mlmtrain.train._eval_set cuts them)."""
-    store = TokenStore(cfg.store_dir, "validation")
-    blocks = StoreBlocks(store, cfg.data.seq_len, True, tokenizer.cls_token_id, tokenizer.sep_token_id)
-    return blocks, evaluation_blocks(blocks, cfg.train.eval_max_blocks)
-
-
 class StepClock(TrainerCallback):
     """Times the HF Trainer as our loop is timed: a stamp at the end of every optimizer step.
 
@@ -352,7 +345,7 @@ class StepClock(TrainerCallback):
 def _evaluator(cfg: Config, tokenizer: Any) -> Callable[[Any], Any]:
     """model -> EvalResult with our evaluator and settings: the blocks, masks, batch and precision `pretrain` uses."""
     vocab = VocabInfo.from_tokenizer(tokenizer)
-    blocks, indices = _eval_set(cfg, tokenizer)
+    blocks, indices = eval_set(cfg, tokenizer)
     seed, batch_size, autocast_dtype = cfg.masking.eval_seed, cfg.train.batch_size, AUTOCAST[cfg.train.precision]
 
     def evaluate(mlm: Any) -> Any:
@@ -451,59 +444,24 @@ def hf_worker(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _batches_in_memory(cfg: Config, tokenizer: Any, vocab: VocabInfo, device: torch.device, count: int) -> list:
-    """`count` micro-batches masked by our collator, on the device, each with its selected-token count."""
-    blocks = StoreBlocks(
-        TokenStore(cfg.store_dir, "train"), cfg.data.seq_len, True, tokenizer.cls_token_id, tokenizer.sep_token_id
-    )
-    stream = MicroBatches(
-        blocks, MaskingCollator(vocab, cfg.masking, cfg.train.seed), batch_layout(cfg.train.batch_size, None, 1, 0), 0
-    )
-    out = []
-    for index in range(count):
-        batch = stream.batch(index)
-        selected = float((batch["labels"] != -100).sum())
-        out.append(({key: value.to(device) for key, value in batch.items()}, selected))
-    return out
-
-
 def bare_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    """The limit: forward (sparse head) + backward + clip + AdamW, the model and optimizer `pretrain` builds, on
-    batches already on the device; no data loading, no logging, no per-step host sync of our own."""
+    """The limit: `train_step` (forward with the sparse head, backward, clip, lr, AdamW) on the parts `pretrain`
+    builds (`build_parts`), fed micro-batches fetched beforehand: no data loading, logging or evaluation."""
     cfg = load_config(spec["config"], spec["overrides"])
-    device = torch.device(cfg.train.device)
-    tokenizer = load_tokenizer(cfg.tokenizer_dir)
-    vocab = VocabInfo.from_tokenizer(tokenizer)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True  # as the loop sets it
-        torch.backends.cudnn.allow_tf32 = True
-    torch.manual_seed(cfg.train.seed)
-    mlm = build_model(cfg.model, vocab_size=len(tokenizer), pad_id=vocab.pad_id).to(device).train()
-    model: torch.nn.Module = MaskedLM(mlm, sparse_head=cfg.model.sparse_head)
-    if cfg.train.compile:
-        model = torch.compile(model)
-    optimizer = build_optimizer(mlm, cfg.optim, device)
-    batches = _batches_in_memory(cfg, tokenizer, vocab, device, count=min(spec["steps"], 8))
-    autocast_dtype = AUTOCAST[cfg.train.precision]
-    clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+    cfg.data.num_workers = 0  # the batches are fetched once, before the clock starts
+    parts = build_parts(cfg, init_distributed(cfg.train.device))
+    fetched = [[next(parts.batches) for _ in range(parts.layout.accum_steps)] for _ in range(min(spec["steps"], 8))]
     tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
-    # Only the two stamps the rate uses need finished kernels; syncing every step would cost the limit a little.
-    synced_steps = {spec["warmup_steps"], spec["steps"]}
-
     points = []
     start = time.perf_counter()
     for step in range(1, spec["steps"] + 1):
-        batch, selected = batches[step % len(batches)]
-        with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext():
-            nll = model(**batch)
-        (nll / selected).backward()
-        torch.nn.utils.clip_grad_norm_(mlm.parameters(), clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if step in synced_steps:
-            _sync(device)
+        train_step(parts, fetched[step % len(fetched)], clock=lambda: 0.0)
         points.append((step * tokens_per_step, time.perf_counter() - start))
-    return {"points": points, "parameters": sum(p.numel() for p in mlm.parameters()), **_peak_device_memory(device)}
+    return {
+        "points": points,
+        "parameters": sum(p.numel() for p in parts.mlm.parameters()),
+        **_peak_device_memory(parts.ctx.device),
+    }
 
 
 WORKERS = {"hf": hf_worker, "bare": bare_worker}
