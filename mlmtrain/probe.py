@@ -58,7 +58,7 @@ def classification_scores(predicted: torch.Tensor, gold: torch.Tensor, majority:
     return {
         "accuracy": correct / len(gold),
         "macro_f1": sum(f1s) / len(f1s),
-        "majority_accuracy": float((gold == majority).float().mean()),
+        "majority_accuracy": int((gold == majority).sum()) / len(gold),
         "ci95": list(wilson_interval(correct, len(gold))),
         "examples": len(gold),
     }
