@@ -171,7 +171,11 @@ def probe(
         "label", "--label-field", help="Field of the label: int/str classes, float: regression."
     ),
     epochs: int = typer.Option(3, "--epochs", help="Fine-tuning epochs (the best on valid is scored on test)."),
-    lr: float = typer.Option(5e-5, "--lr", help="Fine-tuning peak learning rate (10% warm-up, linear decay)."),
+    lr: float = typer.Option(
+        1e-4,
+        "--lr",
+        help="Fine-tuning peak learning rate (10% warm-up, linear decay); small models want more, e.g. 3e-4.",
+    ),
     batch_size: int = typer.Option(32, "--batch-size", help="Examples per batch."),
     max_length: int = typer.Option(128, "--max-length", help="Tokens per example; longer ones are cut."),
     seed: int = typer.Option(0, "--seed", help="Seed of the new head, dropout and batch order."),

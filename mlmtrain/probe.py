@@ -246,7 +246,7 @@ def classifier_from(mlm: Any, task: Task) -> Any:
 class ProbeSettings:
     mode: str = "finetune"
     epochs: int = 3
-    lr: float = 5e-5
+    lr: float = 1e-4
     batch_size: int = 32
     max_length: int = 128
     warmup_ratio: float = 0.1

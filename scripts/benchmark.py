@@ -104,7 +104,7 @@ DEFAULTS = {
     "downstream_budget": 600.0,
     "seeds": 3,
     "probe_epochs": 3,
-    "probe_lr": 1e-4,
+    "probe_lr": 3e-4,
     "probe_batch": 32,
     "probe_max_length": 128,
     "probe_train_examples": 2000,
@@ -1117,7 +1117,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add("--downstream-budget", type=float, help="downstream: pretraining seconds per side (default 600)")
     add("--seeds", type=int, help="downstream: fine-tuning seeds per model (default 3)")
     add("--probe-epochs", type=int, help="downstream: fine-tuning epochs (default 3)")
-    add("--probe-lr", type=float, help="downstream: fine-tuning learning rate (default 1e-4)")
+    add("--probe-lr", type=float, help="downstream: fine-tuning learning rate (default 3e-4)")
     add("--probe-batch", type=int, help="downstream: fine-tuning batch (default 32)")
     add("--probe-max-length", type=int, help="downstream: tokens per example (default 128)")
     add("--probe-train-examples", type=int, help="downstream: train examples, a fixed sample; 0: all (default 2000)")
