@@ -329,6 +329,39 @@ class ReportConfig:
 
 
 @dataclass
+class ProbeConfig:
+    task: Union[str, None] = _f(
+        None,
+        "labeled task probed during pretraining (rank 0): a folder of train/valid/test .jsonl/.csv/.parquet files "
+        "or hf:NAME[/CONFIG]; null: no live probe",
+    )
+    mode: Literal["linear", "finetune"] = _f(
+        "linear", "linear: logistic regression on frozen pooled features (seconds); finetune: a copy is fine-tuned"
+    )
+    every: int = _f(0, "steps between probes; 0: at each evaluation (train.eval_every) and at the end")
+    max_train_examples: Union[int, None] = _f(2000, "train examples the probe uses (a fixed sample); null: all")
+    max_eval_examples: Union[int, None] = _f(1000, "valid and test examples the probe uses (a fixed sample); null: all")
+    text_field: str = _f("text", "field holding the text (text_a/text_b are found on their own for pairs)")
+    pair_field: Union[str, None] = _f(None, "field holding the second text of a sentence-pair task")
+    label_field: str = _f("label", "field holding the label: int or string (classes) or float (regression)")
+    pooling: Literal["mean", "cls"] = _f("mean", "linear mode: mean of the last layer over real tokens, or [CLS]")
+    max_length: int = _f(128, "tokens per example, longer ones are cut")
+    epochs: int = _f(1, "finetune mode: epochs over the train examples")
+    lr: float = _f(1e-4, "finetune mode: peak learning rate")
+    batch_size: int = _f(32, "examples per batch")
+
+    def validate(self) -> None:
+        _check(self.every >= 0, "probe.every", f"must be >= 0 (got {self.every})")
+        for name in ("max_train_examples", "max_eval_examples"):
+            value = getattr(self, name)
+            _check(value is None or value >= 1, f"probe.{name}", f"must be >= 1 or null (got {value})")
+        for name in ("max_length", "epochs", "batch_size"):
+            _check(getattr(self, name) >= 1, f"probe.{name}", f"must be >= 1 (got {getattr(self, name)})")
+        _check(self.max_length >= 8, "probe.max_length", f"must be >= 8 (got {self.max_length})")
+        _check(self.lr > 0, "probe.lr", f"must be > 0 (got {self.lr})")
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
@@ -339,6 +372,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     electra: ElectraConfig = field(default_factory=ElectraConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
 
     def validate(self) -> None:
         for section in SECTIONS:
@@ -355,6 +389,17 @@ class Config:
             self.data.seq_len <= self.model.max_position_embeddings,
             "data.seq_len",
             f"({self.data.seq_len}) must be <= model.max_position_embeddings ({self.model.max_position_embeddings})",
+        )
+        _check(
+            not (self.probe.task and self.probe.every == 0 and self.train.eval_every == 0),
+            "probe.every",
+            "is 0 (probe at each evaluation) but train.eval_every is 0 too: set probe.every to a number of steps",
+        )
+        _check(
+            not self.probe.task or self.probe.max_length <= self.model.max_position_embeddings,
+            "probe.max_length",
+            f"({self.probe.max_length}) must be <= model.max_position_embeddings "
+            f"({self.model.max_position_embeddings})",
         )
 
     @property

@@ -18,6 +18,9 @@ in time to a target perplexity, and in how cost grows with sequence length and m
    tokenizer and token store, each pretrain for --objective-budget seconds; then each, and the untrained encoder,
    is fine-tuned on --probe-task by `mlmtrain probe` with identical settings over --probe-seeds seeds: test
    accuracy mean with its 95 % interval (Student's t over seeds), and each objective's tokens/s.
+6. downstream (only on request: it runs for an hour on 2 CPU cores): from the same initial weights, ours and the HF
+   recipe (our lr) each pretrain for --downstream-budget seconds; then both and the untrained initial model are
+   fine-tuned alike (`mlmtrain probe`) on a labeled task for --seeds seeds and scored on its test split.
 
 Every contestant runs in a process of its own (its own allocator and peak memory) and is timed the same way: wall
 time from the end of warm-up step k to the end of the last step n, tokens/s = (tokens_n - tokens_k) / (t_n - t_k).
@@ -63,13 +66,18 @@ from mlmtrain.train import eval_set
 
 REPO = Path(__file__).resolve().parent.parent
 WIKI = REPO.parent / "shared" / "corpora" / "wikipedia-vital-summaries"
-SECTIONS = ("throughput", "limit", "quality", "recipe", "growth", "electra")
-DEFAULT_SECTIONS = SECTIONS[:-1]  # the objective comparison needs the probe task and a long budget: on request
+SECTIONS = ("throughput", "limit", "quality", "recipe", "growth", "downstream", "electra")
+DEFAULT_SECTIONS = SECTIONS[:5]  # downstream and electra pretrain for many minutes and fine-tune: only when asked
 TASK = REPO.parent / "shared" / "tasks" / "wikipedia-vital-topics"
 H200_DENSE_BF16_TFLOPS = 989.0
 HF_MLM_PROBABILITY = 0.15  # what run_mlm.py hands DataCollatorForLanguageModeling
 AUTOCAST = {"fp32": None, "bf16": torch.bfloat16}
-LABELS = {"ours": "mlmtrain pretrain", "hf": "HF Trainer recipe", "bare": "bare step (limit)"}
+LABELS = {
+    "ours": "mlmtrain pretrain",
+    "hf": "HF Trainer recipe",
+    "bare": "bare step (limit)",
+    "untrained": "untrained (initial weights)",
+}
 
 # Issue 7's targets. CPU: 2 cores, fp32, mini; GPU: H200, bf16, base. Other settings print them for orientation.
 TARGETS = {
@@ -101,7 +109,17 @@ DEFAULTS = {
     "probe_seeds": 5,
     "probe_epochs": 3,
     "probe_examples": None,
+    "downstream_budget": 600.0,
+    "seeds": 3,
+    "probe_lr": 3e-4,
+    "probe_batch": 32,
+    "probe_max_length": 128,
+    "probe_train_examples": 2000,
+    "probe_eval_examples": 0,
 }
+# --sections downstream alone: a vocabulary at which 2 cores get past unigram statistics in ten minutes
+# (30,522 words and three minutes do not); with other sections the shared --vocab-size holds.
+DOWNSTREAM_ONLY = {"vocab_size": 8000}
 QUICK = {
     "size": "tiny",
     "seq_len": 32,
@@ -119,6 +137,13 @@ QUICK = {
     "probe_seeds": 2,
     "probe_epochs": 1,
     "probe_examples": 48,
+    "downstream_budget": 5.0,
+    "seeds": 2,
+    "probe_lr": 1e-4,
+    "probe_batch": 8,
+    "probe_max_length": 32,
+    "probe_train_examples": 64,
+    "probe_eval_examples": 32,
 }
 # Growth: seq_len varies at one size, size varies at one seq_len.
 GROWTH = {"seq_lens": (128, 256, 512), "seq_size": "mini", "sizes": ("tiny", "mini", "small"), "size_seq": 128}
@@ -374,10 +399,11 @@ def recipe_arguments(cfg: Config, spec: dict[str, Any]) -> dict[str, Any]:
     }
     if spec["mode"] == "throughput":
         arguments.update(max_steps=spec["steps"])
-    if spec["mode"] == "recipe":  # our hyperparameters, so the two differ only in head, masking and loop
+    if spec["mode"] == "recipe":
+        arguments.update(max_steps=spec["steps"])
+    if spec["mode"] in ("recipe", "downstream"):  # our hyperparameters: the two differ in head, masking and loop
         optim = cfg.optim
         arguments.update(
-            max_steps=spec["steps"],
             learning_rate=optim.lr,
             warmup_steps=optim.warmup_steps,
             weight_decay=optim.weight_decay,
@@ -390,7 +416,9 @@ def recipe_arguments(cfg: Config, spec: dict[str, Any]) -> dict[str, Any]:
             ],
             seed=cfg.train.seed,
         )
-    return arguments  # quality: defaults (lr 5e-5, linear decay over 3 epochs, no warm-up, no weight decay)
+    # quality: defaults (lr 5e-5, linear decay over 3 epochs, no warm-up, no weight decay); downstream: decay over
+    # the default 3 epochs, the time budget stopping it
+    return arguments
 
 
 def hf_worker(spec: dict[str, Any]) -> dict[str, Any]:
@@ -414,6 +442,9 @@ def hf_worker(spec: dict[str, Any]) -> dict[str, Any]:
         callbacks=[clock],
     )
     trainer.train()
+    if spec.get("save"):  # the downstream section fine-tunes what the recipe pretrained
+        model.save_pretrained(spec["save"])
+        tokenizer.save_pretrained(spec["save"])
     tokens_per_step = cfg.train.batch_size * cfg.data.seq_len  # grouped blocks are full: no padding to count
     return {
         "points": [((i + 1) * tokens_per_step, t) for i, t in enumerate(clock.ends)],
@@ -722,9 +753,9 @@ def mean_interval(values: list[float]) -> dict[str, Any]:
     """Mean and 95 % interval over seeds (t with n - 1 degrees of freedom; 1.96 beyond 10; none for one value)."""
     mean = statistics.fmean(values)
     if len(values) < 2:
-        return {"values": values, "mean": mean, "ci95": None}
+        return {"values": values, "mean": mean, "ci95": None, "half_width": float("nan")}
     half = T_975.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
-    return {"values": values, "mean": mean, "ci95": [mean - half, mean + half]}
+    return {"values": values, "mean": mean, "ci95": [mean - half, mean + half], "half_width": half}
 
 
 def _probe(setup: Setup, model: Path, seed: int, baseline: bool) -> dict[str, Any]:
@@ -789,6 +820,110 @@ def section_electra(setup: Setup) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Section 6: downstream
+
+
+def save_initial_model(setup: Setup, folder: Path) -> Path:
+    """The weights both sides start from (same seed, same build_model as `pretrain`), as a model folder."""
+    if (folder / "config.json").is_file():
+        return folder
+    cfg = load_config(setup.config_path(), setup.ours(folder))
+    tokenizer = load_tokenizer(cfg.tokenizer_dir)
+    torch.manual_seed(cfg.train.seed)
+    build_model(cfg.model, vocab_size=len(tokenizer), pad_id=tokenizer.pad_token_id).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def probe_command(setup: Setup, model: Path, seed: int) -> list[str]:
+    """The `mlmtrain probe` command line that gives one of the section's fine-tuning results."""
+    a = setup.args
+    command = ["mlmtrain", "probe", "--model", str(model), "--task", a.task, "--seed", str(seed)]
+    command += ["--epochs", str(a.probe_epochs), "--lr", str(a.probe_lr), "--batch-size", str(a.probe_batch)]
+    command += ["--max-length", str(a.probe_max_length), "--device", setup.device]
+    if a.probe_train_examples:
+        command += ["--max-train-examples", str(a.probe_train_examples)]
+    if a.probe_eval_examples:
+        command += ["--max-eval-examples", str(a.probe_eval_examples)]
+    return command
+
+
+def finetune_all(setup: Setup, models: dict[str, Path]) -> dict[str, list[dict[str, Any]]]:
+    """Each model fine-tuned for each seed, in this process, as `probe_command` runs it: the models share one
+    tokenizer, so the task is read and tokenized once. Seeds outermost: the machine's drift touches all alike."""
+    from mlmtrain.probe import PreparedTask, ProbeSettings, encoder_config, probe_encoder
+    from mlmtrain.tasks import TaskFields, load_task
+
+    a = setup.args
+    settings = ProbeSettings(
+        epochs=a.probe_epochs,
+        lr=a.probe_lr,
+        batch_size=a.probe_batch,
+        max_length=a.probe_max_length,
+        max_train_examples=a.probe_train_examples or None,
+        max_eval_examples=a.probe_eval_examples or None,
+    )
+    tokenizer = load_tokenizer(models["ours"])
+    prepared = PreparedTask.build(load_task(a.task, TaskFields()), tokenizer, settings)
+    device = torch.device(setup.device)
+    reports: dict[str, list[dict[str, Any]]] = {name: [] for name in models}
+    for seed in range(a.seeds):
+        settings.seed = seed
+        for name, folder in models.items():
+            say(f"benchmark: downstream: fine-tune {LABELS[name]}, seed {seed}")
+            result, _ = probe_encoder(str(folder), encoder_config(str(folder)), prepared, settings, device, False)
+            report = {**result.as_dict(), "command": shlex.join(probe_command(setup, folder, seed))}
+            report.update(train_examples=len(prepared.train), test_examples=len(prepared.test))
+            reports[name].append(report)
+    return reports
+
+
+def section_downstream(setup: Setup) -> dict[str, Any]:
+    """Section 6: ours and the HF recipe (our lr) pretrain for the same budget from the same initial weights; the
+    two and the untrained initial model are fine-tuned alike for --seeds seeds and scored on the task's test split."""
+    a = setup.args
+    initial = save_initial_model(setup, setup.run_dir("downstream-initial"))
+    say(f"benchmark: downstream: mlmtrain pretrain for {a.downstream_budget:g} s")
+    run_dir = setup.run_dir("downstream-ours")
+    budget = {"train.max_steps": None, "train.max_time": a.downstream_budget, "train.eval_every": 0}
+    ours = run_ours(setup, run_dir, setup.ours(run_dir, extra=budget))
+    say(f"benchmark: downstream: the HF recipe (our lr) for {a.downstream_budget:g} s")
+    hf_dir = setup.run_dir("downstream-hf")
+    hf_spec = _hf_spec(setup, hf_dir, "downstream", budget=a.downstream_budget, save=str(hf_dir / "model"))
+    hf = run_worker("hf", hf_spec, hf_dir)
+    models = {"ours": run_dir / "checkpoints" / "latest", "hf": hf_dir / "model", "untrained": initial}
+    reports = finetune_all(setup, models)
+    sides = {}
+    for name, runs in reports.items():
+        metric = "accuracy" if "accuracy" in runs[0] else "pearson"
+        sides[name] = {
+            "metric": metric,
+            "score": mean_interval([run[metric] for run in runs]),
+            "macro_f1": mean_interval([run["macro_f1"] for run in runs]) if metric == "accuracy" else None,
+            "best_epochs": [run["best_epoch"] for run in runs],
+            "seconds": [run["seconds"] for run in runs],
+        }
+    sides["ours"]["pretrain_steps"], sides["hf"]["pretrain_steps"] = ours["steps"], hf["steps"]
+    first = reports["ours"][0]
+    return {
+        "budget_s": a.downstream_budget,
+        "task": a.task,
+        "seeds": a.seeds,
+        "finetune": {
+            "epochs": a.probe_epochs,
+            "lr": a.probe_lr,
+            "batch_size": a.probe_batch,
+            "max_length": a.probe_max_length,
+            "train_examples": first["train_examples"],
+            "test_examples": first["test_examples"],
+        },
+        "majority_accuracy": first.get("majority_accuracy"),
+        "probe_command": first["command"],
+        **sides,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
 # Verdicts and reports
 
 
@@ -796,14 +931,15 @@ def section_electra(setup: Setup) -> dict[str, Any]:
 class Verdict:
     figure: str
     value: Optional[float]
-    comparison: str  # ">=" or "<="
+    comparison: str  # ">=", "<=" or ">"
     target: float
 
     @property
     def passed(self) -> bool:
         if self.value is None or math.isnan(self.value):
             return False
-        return self.value >= self.target if self.comparison == ">=" else self.value <= self.target
+        compare = {">=": float.__ge__, "<=": float.__le__, ">": float.__gt__}[self.comparison]
+        return compare(float(self.value), float(self.target))
 
     def row(self) -> list[str]:
         value = "not reached" if self.value is None else f"{self.value:.3f}"
@@ -829,6 +965,12 @@ def verdicts(results: dict[str, Any], device_type: str) -> list[Verdict]:
     electra = results.get("electra")
     if electra:
         out.append(Verdict("electra - mlm test accuracy, equal time", electra["electra_minus_mlm"], ">=", 0.0))
+    downstream = results.get("downstream")
+    if downstream:
+        ours, hf, untrained = (downstream[name]["score"] for name in ("ours", "hf", "untrained"))
+        margin = ours["mean"] - untrained["mean"] - (ours["half_width"] + untrained["half_width"])
+        out.append(Verdict("downstream: ours - untrained, beyond both intervals", margin, ">", 0.0))
+        out.append(Verdict("downstream: ours / HF recipe at equal time", ours["mean"] / hf["mean"], ">=", 1.0))
     recipe = results.get("recipe")
     if recipe and recipe["same_step"]:
         same = recipe["same_step"]
@@ -953,6 +1095,45 @@ def markdown(results: dict[str, Any]) -> str:
         ]
         lines += _table(["encoder", "mean accuracy", "95% interval", "pretraining tokens/s", "steps"], rows)
         lines.append("")
+    downstream = results.get("downstream")
+    if downstream:
+        tune = downstream["finetune"]
+        rows = []
+        for name in ("ours", "hf", "untrained"):
+            side = downstream[name]
+            score, f1 = side["score"], side["macro_f1"]
+            rows.append(
+                [
+                    LABELS[name],
+                    str(side.get("pretrain_steps", 0)),
+                    f"{score['mean']:.4f} ± {score['half_width']:.4f}",
+                    f"{f1['mean']:.4f} ± {f1['half_width']:.4f}" if f1 else "–",
+                    ", ".join(f"{v:.4f}" for v in score["values"]),
+                ]
+            )
+        lines += [
+            f"## Downstream ({downstream['budget_s']:g} s of pretraining per side; fine-tuned on {downstream['task']})",
+            "",
+        ]
+        lines += _table(
+            [
+                "model",
+                "pretrain steps",
+                f"test {downstream['ours']['metric']} (95% over seeds)",
+                "macro-F1",
+                "per seed",
+            ],
+            rows,
+        )
+        majority = downstream["majority_accuracy"]
+        lines += [
+            "",
+            f"Fine-tuning: {tune['epochs']} epochs, lr {tune['lr']:g}, batch {tune['batch_size']}, max length "
+            f"{tune['max_length']}, {tune['train_examples']} train / {tune['test_examples']} test examples, "
+            f"{downstream['seeds']} seeds; best epoch on valid."
+            + (f" Majority-class accuracy {majority:.4f}." if majority is not None else ""),
+            "",
+        ]
     lines += ["## Targets", ""]
     lines += _table(["figure", "value", "target", "result"], [v.row() for v in results["verdicts"]])
     return "\n".join(lines) + "\n"
@@ -1012,7 +1193,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add(
         "--sections",
         default=",".join(DEFAULT_SECTIONS),
-        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all but electra)",
+        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all but downstream and electra)",
     )
     add("--quality-budget", type=float, help="training seconds per side in the quality section (default 300)")
     add("--eval-every", type=int, help="steps between evaluations in the quality section (default 50)")
@@ -1027,8 +1208,20 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         help="electra: labeled task folder (default ../shared wikipedia-vital-topics)",
     )
     add("--probe-seeds", type=int, help="electra: fine-tuning seeds per encoder (default 5)")
-    add("--probe-epochs", type=int, help="electra: fine-tuning epochs (default 3)")
+    add("--probe-epochs", type=int, help="electra and downstream: fine-tuning epochs (default 3)")
     add("--probe-examples", type=int, help="electra: cap on train and on valid/test examples (default: all)")
+    add(
+        "--task",
+        default=str(TASK),
+        help="downstream: the labeled task folder (default ../shared wikipedia-vital-topics)",
+    )
+    add("--downstream-budget", type=float, help="downstream: pretraining seconds per side (default 600)")
+    add("--seeds", type=int, help="downstream: fine-tuning seeds per model (default 3)")
+    add("--probe-lr", type=float, help="downstream: fine-tuning learning rate (default 3e-4)")
+    add("--probe-batch", type=int, help="downstream: fine-tuning batch (default 32)")
+    add("--probe-max-length", type=int, help="downstream: tokens per example (default 128)")
+    add("--probe-train-examples", type=int, help="downstream: train examples, a fixed sample; 0: all (default 2000)")
+    add("--probe-eval-examples", type=int, help="downstream: valid/test examples; 0: all (default all)")
     add("--set", action="append", default=[], metavar="KEY=VALUE", help="our side only, e.g. train.compile=true")
     add("--quick", action="store_true", help="tiny everything, for a smoke test")
     add("--out", default=str(REPO / "results"), help="folder for benchmark-<time>.json and .md")
@@ -1036,7 +1229,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add("--worker", choices=tuple(WORKERS), help=argparse.SUPPRESS)
     add("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    for key, value in (QUICK if args.quick else DEFAULTS).items():
+    defaults = QUICK if args.quick else DEFAULTS
+    if not args.quick and args.sections.strip() == "downstream":
+        defaults = {**defaults, **DOWNSTREAM_ONLY}
+    for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.train is None:
@@ -1064,7 +1260,11 @@ def check_args(args: argparse.Namespace) -> set[str]:
             raise BenchmarkError("the electra section fine-tunes with `mlmtrain probe`, which this mlmtrain lacks")
         if args.probe_seeds < 1:
             raise BenchmarkError("--probe-seeds must be >= 1")
-    if {"throughput", "quality", "recipe"} & sections:
+    if "downstream" in sections and not (Path(args.task) / "train.jsonl").is_file() and not Path(args.task).is_dir():
+        raise BenchmarkError(f"downstream needs a labeled task folder; {args.task} is none: pass --task FOLDER")
+    if "downstream" in sections and args.seeds < 2:
+        raise BenchmarkError("--seeds must be >= 2: the interval over seeds needs two")
+    if {"throughput", "quality", "recipe", "downstream"} & sections:
         missing = [name for name in ("datasets", "accelerate") if importlib.util.find_spec(name) is None]
         if missing:
             raise BenchmarkError(
@@ -1105,6 +1305,8 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
         results["growth"] = section_growth(setup)
     if "electra" in sections:
         results["electra"] = section_electra(setup)
+    if "downstream" in sections:
+        results["downstream"] = section_downstream(setup)
     results["verdicts"] = verdicts(results, "cuda" if setup.device.startswith("cuda") else "cpu")
     return results
 

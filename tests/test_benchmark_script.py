@@ -108,6 +108,7 @@ def test_mean_interval_over_seeds_uses_students_t(bench) -> None:
     assert summary["mean"] == pytest.approx(0.6)
     half = 4.303 * 0.1 / 3**0.5  # t(0.975, 2 df) x sd / sqrt(n)
     assert summary["ci95"] == pytest.approx([0.6 - half, 0.6 + half])
+    assert summary["half_width"] == pytest.approx(half)
     assert bench.mean_interval([0.5])["ci95"] is None
 
 
@@ -134,3 +135,47 @@ def test_quick_electra_comparison(tmp_path: Path) -> None:
         assert rows[name]["tokens_per_s"] > 0 and rows[name]["steps"] > 0
         assert f"train.objective={name}" in rows[name]["command"]
     assert [v["figure"] for v in report["verdicts"]] == ["electra - mlm test accuracy, equal time"]
+
+
+def _tiny_task(folder: Path) -> Path:
+    """Two classes that the words tell apart, a few dozen examples a split."""
+    import random
+
+    rng = random.Random(0)
+    for split, count in (("train", 80), ("valid", 24), ("test", 24)):
+        rows = []
+        for i in range(count):
+            words = ["function", "module", "class"] if i % 2 else ["string", "format", "print"]
+            text = " ".join(rng.choice(words + ["the", "a", "of"]) for _ in range(12))
+            rows.append(json.dumps({"text": text, "label": "code" if i % 2 else "text"}) + "\n")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{split}.jsonl").write_text("".join(rows))
+    return folder
+
+
+@pytest.mark.slow
+def test_quick_downstream(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    task = _tiny_task(tmp_path / "task")
+    common = ["--quick", "--train", "builtin:python-docs", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    _run([sys.executable, str(SCRIPT), *common, "--sections", "downstream", "--task", str(task)])
+    report = _report(out)
+    downstream = report["downstream"]
+    for name in ("ours", "hf", "untrained"):
+        score = downstream[name]["score"]
+        assert len(score["values"]) == 2 and 0 <= score["mean"] <= 1 and score["half_width"] >= 0
+    assert downstream["ours"]["pretrain_steps"] > 0 and downstream["hf"]["pretrain_steps"] > 0
+    assert "mlmtrain probe" in downstream["probe_command"]
+    assert [v["figure"] for v in report["verdicts"]] == [
+        "downstream: ours - untrained, beyond both intervals",
+        "downstream: ours / HF recipe at equal time",
+    ]
+    assert "## Downstream" in (out / Path(next(out.glob("*.md"))).name).read_text()
+
+
+def test_downstream_runs_only_when_asked_with_its_own_vocabulary(bench) -> None:
+    assert "downstream" not in bench.parse_args([]).sections
+    alone = bench.parse_args(["--sections", "downstream"])
+    assert alone.vocab_size == 8000 and alone.downstream_budget == 600 and alone.seeds >= 3
+    assert bench.parse_args(["--sections", "downstream,limit"]).vocab_size == 30522  # shared with the other sections
+    assert not bench.Verdict("beyond the intervals", 0.0, ">", 0.0).passed  # a tie is not a win
