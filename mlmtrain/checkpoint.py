@@ -97,11 +97,15 @@ def save_checkpoint(
     try:
         staging.mkdir()
         model.save_pretrained(str(staging), safe_serialization=True)
-        tokenizer.save_pretrained(str(staging))
+        # every model folder gets the tokenizer, a subfolder too (an ELECTRA generator), so each loads alone
+        model_folders = [*(c.parent for c in staging.glob("*/config.json")), staging]
+        for model_folder in model_folders:
+            tokenizer.save_pretrained(str(model_folder))
         save_config(cfg, staging)
         torch.save(state, staging / STATE_FILE)
         (staging / "checkpoint.json").write_text(json.dumps({"step": step, **(metrics or {})}, indent=1))
-        fsync_tree(staging)
+        for model_folder in model_folders:  # a subfolder first, then the folder that holds its entry
+            fsync_tree(model_folder)
         write_marker(staging / COMPLETE)
         if final.exists():  # a step saved before (a resume from an older checkpoint): swap, never half-delete
             replaced = root / f".old-step-{step}-{os.getpid()}"
@@ -196,7 +200,18 @@ def load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: s
     """The checkpoint's model, after checking it belongs to this config and tokenizer."""
     from transformers import BertForMaskedLM
 
+    from mlmtrain.electra import GENERATOR_DIR, load_electra
+    from mlmtrain.masking import VocabInfo
+
     saved = json.loads((folder / "config.json").read_text())
+    objectives = {"bert": "mlm", "electra": "electra"}  # the model type each objective saves
+    saved_objective = objectives.get(saved.get("model_type"), saved.get("model_type"))
+    if saved_objective != cfg.train.objective:
+        raise UserError(
+            "checkpoint",
+            f"{folder} was trained with train.objective {saved_objective}, the config says {cfg.train.objective}; "
+            f"resume with train.objective: {saved_objective}, or start afresh with --overwrite",
+        )
     expected = {
         "hidden_size": cfg.model.hidden_size,
         "num_hidden_layers": cfg.model.num_layers,
@@ -210,15 +225,22 @@ def load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: s
                 f"{folder} was trained with {key}={saved.get(key)}, the config says {value}; "
                 "resume with the config of that run, or start afresh with --overwrite",
             )
-    saved_fingerprint = tokenizer_fingerprint(load_tokenizer(folder))
-    if saved_fingerprint != fingerprint:
+    tokenizer = load_tokenizer(folder)
+    if tokenizer_fingerprint(tokenizer) != fingerprint:
         raise UserError(
             "checkpoint",
             f"{folder} was trained with another tokenizer than {cfg.tokenizer_dir} (tokenizer.path); "
             "resume with the tokenizer of that run, or start afresh with --overwrite",
         )
+    if cfg.train.objective == "electra" and not (folder / GENERATOR_DIR / "config.json").is_file():
+        raise UserError("checkpoint", f"{folder} has no {GENERATOR_DIR}/config.json; resume from another checkpoint")
     try:
-        model = BertForMaskedLM.from_pretrained(str(folder), attn_implementation="sdpa")
+        if cfg.train.objective == "electra":
+            model = load_electra(folder, cfg, VocabInfo.from_tokenizer(tokenizer))
+        else:
+            model = BertForMaskedLM.from_pretrained(str(folder), attn_implementation="sdpa")
+    except UserError:
+        raise
     except Exception as error:  # truncated safetensors and friends
         raise UserError(
             "checkpoint",

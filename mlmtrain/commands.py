@@ -50,6 +50,17 @@ def _checkpoint_seq_len(folder: Path) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _masked_lm_folder(folder: Path) -> Path:
+    """`folder`, or the generator of an ELECTRA checkpoint folder (said in one line on stderr)."""
+    from mlmtrain.electra import generator_folder
+
+    generator = generator_folder(folder)
+    if generator is None:
+        return folder
+    print(f"{folder} is an ELECTRA checkpoint: using its generator {generator} as the masked LM", file=sys.stderr)
+    return generator
+
+
 def _positive(value: Optional[int], flag: str) -> None:
     if value is not None and value < 1:
         raise UserError("argument", f"{flag} must be >= 1 (got {value})")
@@ -81,7 +92,8 @@ def run_eval_command(
     if max_tokens is not None and not pseudo:
         raise UserError("argument", "--max-tokens caps --pseudo; for masked-LM perplexity use --max-blocks")
     cfg = load_config(config, list(overrides))
-    folder = Path(model)
+    checkpoint = Path(model)
+    folder = _masked_lm_folder(checkpoint)
     check_checkpoint_folder(folder)  # before the slow parts, so a mistyped path fails at once
     if data is not None:
         corpus, source = open_corpus(data, cfg.data, key="--data"), data
@@ -89,7 +101,7 @@ def run_eval_command(
         corpus, source = corpus_splits(cfg.data)[1], f"the validation split of {config}"
     seq_len_from = "--seq-len"
     if seq_len is None:
-        seq_len, seq_len_from = _checkpoint_seq_len(folder), f"data.seq_len of {folder / 'mlmtrain.yaml'}"
+        seq_len, seq_len_from = _checkpoint_seq_len(checkpoint), f"data.seq_len of {checkpoint / 'mlmtrain.yaml'}"
     if seq_len is None:
         seq_len, seq_len_from = DEFAULT_SEQ_LEN, "the default --seq-len"
     if seq_len < 8:
@@ -177,7 +189,7 @@ def run_fill_mask_command(model: Union[str, Path], text: Optional[str], top_k: i
 
     _positive(top_k, "--top-k")
     torch_device = _device(device)
-    mlm, tokenizer = load_masked_lm(model)
+    mlm, tokenizer = load_masked_lm(_masked_lm_folder(Path(model)))
     mask = tokenizer.mask_token
     with quiet_transformers():
         fill = pipeline("fill-mask", model=mlm, tokenizer=tokenizer, device=torch_device)

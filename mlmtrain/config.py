@@ -184,6 +184,42 @@ class ModelConfig:
 
 
 @dataclass
+class ElectraConfig:
+    generator_size: float = _f(
+        0.25,
+        "generator width as a share of the discriminator's (hidden size, heads, feed-forward); "
+        "ELECTRA found 1/4 to 1/2 best; at most 1",
+    )
+    generator_layers: Union[int, None] = _f(None, "generator transformer layers; null: as many as model.num_layers")
+    discriminator_weight: float = _f(50.0, "weight of the replaced-token loss against the generator's MLM loss")
+    temperature: float = _f(1.0, "sampling temperature of the generator's replacements")
+
+    def validate(self) -> None:
+        _check(
+            0.0 < self.generator_size <= 1.0,
+            "electra.generator_size",
+            f"must be in (0, 1]: the generator may not be larger than the discriminator (got {self.generator_size})",
+        )
+        if self.generator_layers is not None:
+            _check(
+                self.generator_layers >= 1, "electra.generator_layers", f"must be >= 1 (got {self.generator_layers})"
+            )
+        _check(self.discriminator_weight > 0, "electra.discriminator_weight", "must be > 0")
+        _check(self.temperature > 0, "electra.temperature", f"must be > 0 (got {self.temperature})")
+
+    def generator_shape(self, model: ModelConfig) -> dict[str, int]:
+        """Hidden size, heads, feed-forward width and layers of the generator: the discriminator's scaled by
+        `generator_size` (as the original ELECTRA code scales them), with at least one head."""
+        heads = max(1, round(model.num_heads * self.generator_size))
+        return {
+            "hidden_size": max(heads, round(model.hidden_size * self.generator_size)),
+            "num_heads": heads,
+            "intermediate_size": max(1, round(model.intermediate_size * self.generator_size)),
+            "num_layers": self.generator_layers or model.num_layers,
+        }
+
+
+@dataclass
 class OptimConfig:
     lr: float = _f(5e-4, "peak learning rate")
     weight_decay: float = _f(0.01, "AdamW weight decay (never on biases or LayerNorm)")
@@ -245,6 +281,9 @@ class TrainConfig:
     device: str = _f("auto", "auto, cpu, cuda or cuda:N")
     compile: bool = _f(False, "torch.compile the model")
     seed: int = _f(0, "seed of weights, data order and masks")
+    objective: Literal["mlm", "electra"] = _f(
+        "mlm", "mlm: masked language modeling; electra: replaced-token detection (settings in the electra section)"
+    )
     log_every: int = _f(10, "steps between metric lines in metrics.jsonl")
     eval_every: int = _f(500, "steps between validation evaluations; 0 disables")
     eval_max_blocks: int = _f(64, "validation blocks per evaluation during training")
@@ -334,6 +373,39 @@ class ReportConfig:
 
 
 @dataclass
+class ProbeConfig:
+    task: Union[str, None] = _f(
+        None,
+        "labeled task probed during pretraining (rank 0): a folder of train/valid/test .jsonl/.csv/.parquet files "
+        "or hf:NAME[/CONFIG]; null: no live probe",
+    )
+    mode: Literal["linear", "finetune"] = _f(
+        "linear", "linear: logistic regression on frozen pooled features (seconds); finetune: a copy is fine-tuned"
+    )
+    every: int = _f(0, "steps between probes; 0: at each evaluation (train.eval_every) and at the end")
+    max_train_examples: Union[int, None] = _f(2000, "train examples the probe uses (a fixed sample); null: all")
+    max_eval_examples: Union[int, None] = _f(1000, "valid and test examples the probe uses (a fixed sample); null: all")
+    text_field: str = _f("text", "field holding the text (text_a/text_b are found on their own for pairs)")
+    pair_field: Union[str, None] = _f(None, "field holding the second text of a sentence-pair task")
+    label_field: str = _f("label", "field holding the label: int or string (classes) or float (regression)")
+    pooling: Literal["mean", "cls"] = _f("mean", "linear mode: mean of the last layer over real tokens, or [CLS]")
+    max_length: int = _f(128, "tokens per example, longer ones are cut")
+    epochs: int = _f(1, "finetune mode: epochs over the train examples")
+    lr: float = _f(1e-4, "finetune mode: peak learning rate")
+    batch_size: int = _f(32, "examples per batch")
+
+    def validate(self) -> None:
+        _check(self.every >= 0, "probe.every", f"must be >= 0 (got {self.every})")
+        for name in ("max_train_examples", "max_eval_examples"):
+            value = getattr(self, name)
+            _check(value is None or value >= 1, f"probe.{name}", f"must be >= 1 or null (got {value})")
+        for name in ("max_length", "epochs", "batch_size"):
+            _check(getattr(self, name) >= 1, f"probe.{name}", f"must be >= 1 (got {getattr(self, name)})")
+        _check(self.max_length >= 8, "probe.max_length", f"must be >= 8 (got {self.max_length})")
+        _check(self.lr > 0, "probe.lr", f"must be > 0 (got {self.lr})")
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
@@ -342,15 +414,36 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    electra: ElectraConfig = field(default_factory=ElectraConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
 
     def validate(self) -> None:
         for section in SECTIONS:
             getattr(self, section).validate()
+        if self.train.objective == "electra":
+            shape = self.electra.generator_shape(self.model)
+            _check(
+                shape["hidden_size"] % shape["num_heads"] == 0,
+                "electra.generator_size",
+                f"gives a generator of hidden size {shape['hidden_size']} and {shape['num_heads']} heads, which do "
+                "not divide; choose a share that keeps hidden size / heads whole (e.g. 0.25 or 0.5)",
+            )
         _check(
             self.data.seq_len <= self.model.max_position_embeddings,
             "data.seq_len",
             f"({self.data.seq_len}) must be <= model.max_position_embeddings ({self.model.max_position_embeddings})",
+        )
+        _check(
+            not (self.probe.task and self.probe.every == 0 and self.train.eval_every == 0),
+            "probe.every",
+            "is 0 (probe at each evaluation) but train.eval_every is 0 too: set probe.every to a number of steps",
+        )
+        _check(
+            not self.probe.task or self.probe.max_length <= self.model.max_position_embeddings,
+            "probe.max_length",
+            f"({self.probe.max_length}) must be <= model.max_position_embeddings "
+            f"({self.model.max_position_embeddings})",
         )
 
     @property
@@ -362,7 +455,10 @@ class Config:
         return Path(self.data.store) if self.data.store else Path(self.train.run_dir) / "tokens"
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        tree = dataclasses.asdict(self)
+        if self.train.objective != "electra":
+            del tree["electra"]  # an MLM run's saved config stays loadable: the section is ELECTRA-only
+        return tree
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -503,6 +599,13 @@ def config_from_dict(tree: dict[str, Any]) -> Config:
             raise UserError("config", f"unknown section '{name}'{_suggest(str(name), list(SECTIONS))}")
     hints = typing.get_type_hints(Config)
     config = Config(**{name: _build_section(name, hints[name], tree.get(name)) for name in SECTIONS})
+    electra_keys = sorted(tree.get("electra") or {})
+    if electra_keys and config.train.objective != "electra":
+        raise UserError(
+            "config",
+            f"electra.{electra_keys[0]} is set but train.objective is '{config.train.objective}'; "
+            "set train.objective: electra, or drop the electra section",
+        )
     config.validate()
     return config
 

@@ -78,6 +78,10 @@ class VocabInfo:
         """int64 ids that are not special: the set random replacements are drawn from."""
         return self._ordinary
 
+    def is_special(self, ids: torch.Tensor) -> torch.Tensor:
+        """Bool, shaped like `ids`: which of them are special ([MASK] and [PAD] included)."""
+        return _lookup(self._special_table, ids)
+
 
 def _splitmix64(x: int) -> int:
     x = (x + 0x9E3779B97F4A7C15) & _U64

@@ -45,6 +45,21 @@ CURVES = (
     Curve("eval-loss", "Validation loss", ("eval_loss",), "loss (nats)"),
     Curve("eval-perplexity", "Validation perplexity", ("eval_ppl",), "perplexity", log_y=True),
     Curve("eval-accuracy", "MLM accuracy (validation)", ("eval_acc",), "accuracy"),
+    # ELECTRA runs (train.objective: electra) log these instead of eval_ppl / eval_acc
+    Curve("train-loss-parts", "ELECTRA training loss parts", ("generator_loss", "discriminator_loss"), "loss (nats)"),
+    Curve(
+        "eval-generator",
+        "ELECTRA generator perplexity (validation)",
+        ("eval_generator_perplexity",),
+        "perplexity",
+        log_y=True,
+    ),
+    Curve(
+        "eval-discriminator",
+        "ELECTRA replaced-token detection (validation)",
+        ("eval_discriminator_accuracy", "eval_precision", "eval_recall", "eval_auc"),
+        "score",
+    ),
     Curve("probe", "Probe scores", ("probe_*",), "score"),
     Curve("learning-rate", "Learning rate", ("lr",), "lr"),
     Curve("grad-norm", "Gradient norm (before clipping)", ("grad_norm",), "norm"),

@@ -21,8 +21,8 @@ from mlmtrain.config import Config
 from mlmtrain.data import BatchLayout, LiveMicroBatches, MicroBatches, StoreBlocks, batch_layout, make_loader
 from mlmtrain.distributed import DistContext, all_reduce_sum
 from mlmtrain.errors import UserError
-from mlmtrain.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
-from mlmtrain.model import MaskedLM, build_model
+from mlmtrain.masking import MaskingCollator, VocabInfo
+from mlmtrain.objective import Objective, build_trained, objective_of, step_module
 from mlmtrain.optim import apply_optim_config, build_optimizer, learning_rate, set_learning_rate
 from mlmtrain.precision import Precision, resolve_precision
 from mlmtrain.progress import say
@@ -51,8 +51,9 @@ class Parts:
 
     cfg: Config
     ctx: DistContext
-    mlm: Any  # the BertForMaskedLM that checkpoints save
-    model: torch.nn.Module  # what a step calls: MaskedLM around mlm, compiled and/or wrapped in DDP
+    mlm: Any  # what checkpoints save: the BertForMaskedLM, or ELECTRA's generator + discriminator
+    model: torch.nn.Module  # what a step calls (objective.step_module around mlm), compiled and/or wrapped in DDP
+    objective: Objective  # the loss parts a step's sums are divided into
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     precision: Precision
@@ -98,9 +99,9 @@ def build_parts(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
         state.micro_batches = state.micro_batches // saved.get("accum_steps", layout.accum_steps) * layout.accum_steps
     else:
         torch.manual_seed(cfg.train.seed)  # identical initial weights on every rank
-        mlm = build_model(cfg.model, vocab_size=len(tokenizer), pad_id=vocab.pad_id)
+        mlm = build_trained(cfg, vocab)
     mlm.to(device).train()  # from_pretrained hands back a model in eval mode: dropout must be on again
-    model: torch.nn.Module = MaskedLM(mlm, sparse_head=cfg.model.sparse_head)
+    model = step_module(cfg, mlm)
     if cfg.train.compile:
         model = torch.compile(model)
     if ctx.distributed:
@@ -129,7 +130,22 @@ def build_parts(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
         ckpt.set_rng_state(saved["rng"][ctx.rank])  # each rank its own: dropout continues as if never stopped
     else:  # a fresh run, or a rank the saved run did not have
         torch.manual_seed(cfg.train.seed + ctx.rank)  # dropout differs across ranks, reproducibly
-    return Parts(cfg, ctx, mlm, model, optimizer, scaler, precision, tokenizer, vocab, layout, state, batches, saved)
+    return Parts(
+        cfg,
+        ctx,
+        mlm,
+        model,
+        objective_of(cfg, vocab),
+        optimizer,
+        scaler,
+        precision,
+        tokenizer,
+        vocab,
+        layout,
+        state,
+        batches,
+        saved,
+    )
 
 
 def _micro_batches(
@@ -183,6 +199,7 @@ class StepResult:
     tokens: int  # tokens of the global batch
     skipped: bool  # non-finite loss or no selected token: no update was made
     stop_requested: bool  # some rank was asked to stop (a signal): all ranks stop after this step
+    parts: dict[str, float]  # each loss part's mean when the objective has several (ELECTRA), else empty
 
 
 def train_step(
@@ -193,43 +210,46 @@ def train_step(
     `clock()` is the run's elapsed seconds. Only rank 0's reading counts: it travels in the loss all-reduce, so
     every rank sees the same elapsed time and so agrees on the budget and the learning rate.
     """
-    cfg, ctx, state = parts.cfg, parts.ctx, parts.state
-    # 1. Count the selected tokens of the whole global batch (all ranks, all micro-steps): the loss is normalised by it.
+    cfg, ctx, state, objective = parts.cfg, parts.ctx, parts.state, parts.objective
+    # 1. Count the selected tokens (ELECTRA: and the scored ones) of the whole global batch (all ranks, all
+    #    micro-steps): each loss part is normalised by its count.
     local = torch.tensor(
         [
-            sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in micro),
+            *(sum(counted) for counted in zip(*(objective.counts(b) for b in micro), strict=True)),
             sum(_count_tokens(b) for b in micro),
             float(stop),
         ],
         dtype=torch.float64,
     )
-    selected, tokens, stop_votes = all_reduce_sum(ctx, local).tolist()
+    *counts, tokens, stop_votes = all_reduce_sum(ctx, local).tolist()
+    selected = counts[0]
     state.micro_batches += len(micro)
 
     # 2. Forward/backward per micro-batch; DDP all-reduces gradients on the last one only.
-    loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+    loss_sums = torch.zeros(len(counts), dtype=torch.float64, device=ctx.device)
     for i, batch in enumerate(micro):
         batch = {k: v.to(ctx.device, non_blocking=True) for k, v in batch.items()}
         last = i == len(micro) - 1
         with nullcontext() if last or not ctx.distributed else parts.model.no_sync():
             with parts.autocast():
-                nll = parts.model(**batch)
-            # nll is a sum: dividing by the global selected count gives the mean over every selected token;
+                sums = parts.model(**batch)
+            # sums over positions: dividing by the global counts gives the mean over every counted position;
             # DDP averages gradients over ranks, so multiply back by the world size.
-            parts.scaler.scale(nll * ctx.world_size / max(selected, 1.0)).backward()
-        loss_sum += nll.detach().double()
+            parts.scaler.scale(objective.loss(sums, counts) * ctx.world_size).backward()
+        loss_sums += sums.detach().double().reshape(-1)
     elapsed = clock() if ctx.is_main else 0.0
     reduced = all_reduce_sum(
-        ctx, torch.stack([loss_sum, torch.tensor(elapsed, dtype=torch.float64, device=ctx.device)])
+        ctx, torch.cat([loss_sums, torch.tensor([elapsed], dtype=torch.float64, device=ctx.device)])
     )
-    loss, state.elapsed_s = float(reduced[0]) / max(selected, 1.0), float(reduced[1])
+    loss, state.elapsed_s = float(objective.loss(reduced[:-1], counts)), float(reduced[-1])
+    loss_parts = objective.parts(reduced[:-1], counts)
 
     # 3. A non-finite loss (or an empty selection) skips the step; all ranks agree: the loss was reduced over all.
     if not math.isfinite(loss) or selected == 0:
         parts.optimizer.zero_grad(set_to_none=True)
         state.nonfinite_in_row += 1
         state.nonfinite_total += 1
-        return StepResult(loss, float("nan"), float("nan"), int(tokens), True, stop_votes > 0)
+        return StepResult(loss, float("nan"), float("nan"), int(tokens), True, stop_votes > 0, loss_parts)
     state.nonfinite_in_row = 0
 
     # 4. Clip, set the learning rate for this step, step.
@@ -245,7 +265,7 @@ def train_step(
     parts.optimizer.zero_grad(set_to_none=True)
     state.step += 1
     state.tokens += int(tokens)
-    return StepResult(loss, lr, grad_norm, int(tokens), False, stop_votes > 0)
+    return StepResult(loss, lr, grad_norm, int(tokens), False, stop_votes > 0, loss_parts)
 
 
 def _count_tokens(batch: dict[str, torch.Tensor]) -> int:

@@ -19,9 +19,9 @@ from mlmtrain.config import Config, save_config
 from mlmtrain.data import StoreBlocks, evaluation_blocks
 from mlmtrain.distributed import DistContext, gather_objects, init_distributed, on_main, teardown
 from mlmtrain.errors import UserError
-from mlmtrain.evaluate import evaluate_blocks
 from mlmtrain.guard import RunLock, StopRequested, claim_run_dir
-from mlmtrain.masking import evaluation_masking
+from mlmtrain.objective import evaluate_trained
+from mlmtrain.probe import LiveProbe, Task, live_task, metric_record
 from mlmtrain.progress import Reporter, say
 from mlmtrain.report import LiveReport
 from mlmtrain.step import Parts, StepResult, budget_progress, build_parts, train_step
@@ -47,6 +47,7 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
     if resume not in (None, "auto"):
         ckpt.resolve_resume(run_dir, resume)  # a mistyped folder fails now, not after tokenizing
     # Rank 0 alone locks, checks and tokenizes; on_main shares its verdict, so a refusal stops every rank at once.
+    task = on_main(ctx, lambda: live_task(cfg.probe))  # a bad probe task fails before anything is written
     lock = on_main(ctx, lambda: RunLock(run_dir))
     try:
         on_main(ctx, lambda: claim_run_dir(run_dir, resume, overwrite))
@@ -54,7 +55,7 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
         resume_from = ckpt.resolve_resume(run_dir, resume) if resume else None
         if ctx.is_main and resume == "auto" and resume_from is None:
             say(f"no checkpoint in {run_dir}; starting a new run")
-        return _run(cfg, ctx, run_dir, resume_from)
+        return _run(cfg, ctx, run_dir, resume_from, task)
     finally:
         if lock is not None:
             lock.release()
@@ -89,12 +90,13 @@ def eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
     return blocks, evaluation_blocks(blocks, cfg.train.eval_max_blocks)
 
 
-def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Path]) -> Path:
+def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Path], task: Optional[Task]) -> Path:
     parts = build_parts(cfg, ctx, resume_from)
     validation = eval_set(cfg, parts.tokenizer) if ctx.is_main and cfg.train.eval_every else None
+    probe = LiveProbe(cfg.probe, task, parts.tokenizer, ctx.device, cfg.train.seed) if task else None
     if ctx.is_main:
         _announce(parts, run_dir, resume_from)
-    return Loop(parts, run_dir, validation).run()
+    return Loop(parts, run_dir, validation, probe).run()
 
 
 def _announce(parts: Parts, run_dir: Path, resume_from: Optional[Path]) -> None:
@@ -123,9 +125,10 @@ def _announce(parts: Parts, run_dir: Path, resume_from: Optional[Path]) -> None:
 class Loop:
     """The training loop and its cadence (log, evaluate, checkpoint); `run` reads top to bottom."""
 
-    def __init__(self, parts: Parts, run_dir: Path, eval_set: Any) -> None:
+    def __init__(self, parts: Parts, run_dir: Path, eval_set: Any, probe: Optional[LiveProbe] = None) -> None:
         self.parts, self.cfg, self.ctx, self.state = parts, parts.cfg, parts.ctx, parts.state
-        self.run_dir, self.eval_set = run_dir, eval_set
+        self.run_dir, self.eval_set, self.live_probe = run_dir, eval_set, probe
+        self.probe_s = 0.0  # seconds spent probing: kept off the budget's clock
         self.start_step = parts.state.step  # pause_after applies once: a resumed run goes on past it
         self.last_saved: Optional[Path] = ckpt.latest_checkpoint(run_dir) if self.ctx.is_main else None
         self.live_report = LiveReport(run_dir) if self.cfg.report.html else None
@@ -151,7 +154,9 @@ class Loop:
                 fetch_started = time.perf_counter()
                 micro = [next(self.parts.batches) for _ in range(self.parts.layout.accum_steps)]
                 window.wait_s += time.perf_counter() - fetch_started
-                result = train_step(self.parts, micro, lambda: time.perf_counter() - started, stopper.flag)
+                result = train_step(
+                    self.parts, micro, lambda: time.perf_counter() - started - self.probe_s, stopper.flag
+                )
                 if result.skipped:
                     self.skipped(result, reporter)
                 else:
@@ -164,6 +169,7 @@ class Loop:
                                 "step": state.step,
                                 "tokens": state.tokens,
                                 "loss": result.loss,
+                                **result.parts,
                                 "lr": result.lr,
                                 "grad_norm": result.grad_norm,
                                 "tokens_per_s": tokens_per_s,
@@ -173,6 +179,7 @@ class Loop:
                         )
                         window = Window()
                     eval_loss = self.evaluate(reporter) if _every(state.step, cfg.train.eval_every) else None
+                    self.probe(reporter, _every(state.step, cfg.train.eval_every))
                     if _every(state.step, cfg.checkpoint.save_every):
                         self.save(eval_loss)
                 pause = cfg.train.pause_after
@@ -182,6 +189,7 @@ class Loop:
             else:  # budget spent: a last evaluation unless this very step had one
                 if not (_every(state.step, cfg.train.eval_every) and state.step > 0):
                     eval_loss = self.evaluate(reporter)
+                self.probe(reporter, evaluated=True, final=True)
             # every rank takes the same branch here: save() holds collectives
             if not (_every(state.step, cfg.checkpoint.save_every) and state.step > 0):
                 self.save(eval_loss)
@@ -208,37 +216,33 @@ class Loop:
             )
 
     def evaluate(self, reporter: Reporter) -> Optional[float]:
-        """Validation loss, perplexity, accuracy with fixed masks (rank 0; the others wait at the next collective)."""
+        """Validation metrics with fixed masks (rank 0; the others wait at the next collective)."""
         if self.eval_set is None or not self.ctx.is_main:
             return None
         parts, blocks, indices = self.parts, *self.eval_set
-        result = evaluate_blocks(
+        metrics, summary = evaluate_trained(
+            self.cfg,
             parts.mlm,
+            parts.vocab,
             blocks,
             indices,
-            parts.vocab,
-            evaluation_masking(self.cfg.masking),
-            self.cfg.masking.eval_seed,
             parts.layout.micro_batch_size,
             self.ctx.device,
             parts.autocast_dtype,
         )
-        reporter.log(
-            {
-                "step": self.state.step,
-                "tokens": self.state.tokens,
-                "eval_loss": result.loss,
-                "eval_ppl": result.perplexity,
-                "eval_acc": result.accuracy,
-                "eval_masked_tokens": result.masked_tokens,
-                "eval_seconds": round(result.seconds, 3),
-            }
-        )
-        reporter.message(
-            f"step {self.state.step}: validation loss {result.loss:.4f}, perplexity {result.perplexity:.2f}, "
-            f"accuracy {result.accuracy:.4f}"
-        )
-        return result.loss
+        reporter.log({"step": self.state.step, "tokens": self.state.tokens, **metrics})
+        reporter.message(f"step {self.state.step}: {summary}")
+        return metrics["eval_loss"]
+
+    def probe(self, reporter: Reporter, evaluated: bool, final: bool = False) -> None:
+        """The live downstream probe when due (rank 0), into metrics.jsonl, its time off the budget's clock (the
+        other ranks wait at the next collective)."""
+        state = self.state
+        result = self.live_probe.when_due(self.parts.mlm, state.step, evaluated, final) if self.live_probe else None
+        if result is not None:
+            reporter.log({"step": state.step, "tokens": state.tokens, **metric_record(result)})
+            reporter.message(f"step {state.step}: {self.live_probe.summary(result)}")
+            self.probe_s += result.seconds
 
     def save(self, eval_loss: Optional[float]) -> None:
         """Checkpoint on rank 0 (every rank's RNG state included) while the others wait, so no rank reads ahead."""

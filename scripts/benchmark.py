@@ -20,6 +20,13 @@ in time to a target perplexity, and in how cost grows with sequence length and m
 7. recipes: the shipped config, the fast recipe (FAST_RECIPE) and the HF recipe given our schedule at equal wall
    time: validation perplexity on the classic 15 % masks, and the downstream probe where `mlmtrain probe` exists.
 8. growth: tokens/s and peak memory of the bare step for several seq_len and model sizes.
+9. electra (on request, not in the default list): MLM and ELECTRA models of the same encoder size, from the same
+   tokenizer and token store, each pretrain for --objective-budget seconds; then each, and the untrained encoder,
+   is fine-tuned on --probe-task by `mlmtrain probe` with identical settings over --probe-seeds seeds: test
+   accuracy mean with its 95 % interval (Student's t over seeds), and each objective's tokens/s.
+10. downstream (only on request: it runs for an hour on 2 CPU cores): from the same initial weights, ours and the HF
+   recipe (our lr) each pretrain for --downstream-budget seconds; then both and the untrained initial model are
+   fine-tuned alike (`mlmtrain probe`) on a labeled task for --seeds seeds and scored on its test split.
 
 Every contestant runs in a process of its own (its own allocator and peak memory) and is timed the same way: wall
 time from the end of warm-up step k to the end of the last step n, tokens/s = (tokens_n - tokens_k) / (t_n - t_k).
@@ -67,10 +74,28 @@ from mlmtrain.train import eval_set
 
 REPO = Path(__file__).resolve().parent.parent
 WIKI = REPO.parent / "shared" / "corpora" / "wikipedia-vital-summaries"
-SECTIONS = ("throughput", "limit", "quality", "tuned", "recipe", "precision", "recipes", "growth")
+SECTIONS = (
+    "throughput",
+    "limit",
+    "quality",
+    "tuned",
+    "recipe",
+    "precision",
+    "recipes",
+    "growth",
+    "downstream",
+    "electra",
+)
+DEFAULT_SECTIONS = SECTIONS[:8]  # downstream and electra pretrain for many minutes and fine-tune: only when asked
+TASK = REPO.parent / "shared" / "tasks" / "wikipedia-vital-topics"
 H200_DENSE_BF16_TFLOPS = 989.0
 HF_MLM_PROBABILITY = 0.15  # what run_mlm.py hands DataCollatorForLanguageModeling
-LABELS = {"ours": "mlmtrain pretrain", "hf": "HF Trainer recipe", "bare": "bare step (limit)"}
+LABELS = {
+    "ours": "mlmtrain pretrain",
+    "hf": "HF Trainer recipe",
+    "bare": "bare step (limit)",
+    "untrained": "untrained (initial weights)",
+}
 # The fast recipe the `recipes` section sets against the shipped default: no dropout (Cramming, ModernBERT), 25 %
 # of the tokens masked with a fixed count per block (Cramming), Cramming's one-cycle triangle over the budget.
 # --fast-set KEY=VALUE changes it for a run (e.g. masking.mlm_probability=0.4, Wettig et al.'s rate).
@@ -80,7 +105,6 @@ FAST_RECIPE = {
     "masking.fixed_count": True,
     "optim.schedule": "one-cycle",
 }
-PROBE_TASK = REPO.parent / "shared" / "tasks" / "wikipedia-vital-topics"
 
 # Issue 7's targets. CPU: 2 cores, fp32, mini; GPU: H200, bf16, base. Other settings print them for orientation.
 TARGETS = {
@@ -117,7 +141,21 @@ DEFAULTS = {
     "eval_blocks": 128,
     "recipe_steps": 150,
     "vocab_size": 30522,
+    "objective_budget": 1200.0,
+    "probe_seeds": 5,
+    "probe_epochs": 3,
+    "probe_examples": None,
+    "downstream_budget": 600.0,
+    "seeds": 3,
+    "probe_lr": 3e-4,
+    "probe_batch": 32,
+    "probe_max_length": 128,
+    "probe_train_examples": 2000,
+    "probe_eval_examples": 0,
 }
+# --sections downstream alone: a vocabulary at which 2 cores get past unigram statistics in ten minutes
+# (30,522 words and three minutes do not); with other sections the shared --vocab-size holds.
+DOWNSTREAM_ONLY = {"vocab_size": 8000}
 QUICK = {
     "size": "tiny",
     "seq_len": 32,
@@ -131,6 +169,17 @@ QUICK = {
     "eval_blocks": 16,
     "recipe_steps": 10,
     "vocab_size": 2000,
+    "objective_budget": 6.0,
+    "probe_seeds": 2,
+    "probe_epochs": 1,
+    "probe_examples": 48,
+    "downstream_budget": 5.0,
+    "seeds": 2,
+    "probe_lr": 1e-4,
+    "probe_batch": 8,
+    "probe_max_length": 32,
+    "probe_train_examples": 64,
+    "probe_eval_examples": 32,
 }
 # Growth: seq_len varies at one size, size varies at one seq_len.
 GROWTH = {"seq_lens": (128, 256, 512), "seq_size": "mini", "sizes": ("tiny", "mini", "small"), "size_seq": 128}
@@ -396,10 +445,13 @@ def recipe_arguments(cfg: Config, spec: dict[str, Any]) -> dict[str, Any]:
     }
     if spec["mode"] == "throughput":
         arguments.update(max_steps=spec["steps"])
-    if spec["mode"] in ("recipe", "tuned"):  # our hyperparameters, so the two differ only in head, masking and loop
+    if spec["mode"] == "recipe":
+        arguments.update(max_steps=spec["steps"])
+    if spec["mode"] == "tuned":
+        arguments.update(max_steps=10**7)  # the clock stops it
+    if spec["mode"] in ("recipe", "tuned", "downstream"):  # our hyperparameters: the two differ in head, masking, loop
         optim = cfg.optim
         arguments.update(
-            max_steps=spec["steps"] if spec["mode"] == "recipe" else 10**7,  # tuned: the clock stops it
             learning_rate=optim.lr,
             warmup_steps=optim.warmup_steps,
             weight_decay=optim.weight_decay,
@@ -409,7 +461,9 @@ def recipe_arguments(cfg: Config, spec: dict[str, Any]) -> dict[str, Any]:
             max_grad_norm=optim.grad_clip,
             seed=cfg.train.seed,
         )
-    return arguments  # quality: defaults (lr 5e-5, linear decay over 3 epochs, no warm-up, no weight decay)
+    # quality: defaults (lr 5e-5, linear decay over 3 epochs, no warm-up, no weight decay); downstream: decay over
+    # the default 3 epochs, the time budget stopping it
+    return arguments
 
 
 def hf_worker(spec: dict[str, Any]) -> dict[str, Any]:
@@ -435,9 +489,9 @@ def hf_worker(spec: dict[str, Any]) -> dict[str, Any]:
         optimizers=clocked_schedule(model, cfg, clock, spec) if ours else (None, None),
     )
     trainer.train()
-    if spec.get("save_to"):  # a model folder for the downstream probe
-        model.save_pretrained(spec["save_to"])
-        tokenizer.save_pretrained(spec["save_to"])
+    if spec.get("save"):  # the downstream section fine-tunes what the recipe pretrained
+        model.save_pretrained(spec["save"])
+        tokenizer.save_pretrained(spec["save"])
     tokens_per_step = cfg.train.batch_size * cfg.data.seq_len  # grouped blocks are full: no padding to count
     return {
         "points": [((i + 1) * tokens_per_step, t) for i, t in enumerate(clock.ends)],
@@ -684,9 +738,10 @@ def _hf_for_time(setup: Setup, name: str, mode: str, save: bool = False) -> dict
         f"{a.quality_budget:g} s"
     )
     run_dir = setup.run_dir(name)
-    save_to = {"save_to": str(run_dir / "final")} if save else {}
-    run = run_worker("hf", _hf_spec(setup, run_dir, mode, budget=a.quality_budget, **save_to), run_dir)
-    return dict(run, checkpoint=save_to.get("save_to"))
+    # a model folder for the probe; under checkpoints/ as ours, so the probe's run folder is named after the run
+    save = {"save": str(run_dir / "checkpoints" / "final")} if save else {}
+    run = run_worker("hf", _hf_spec(setup, run_dir, mode, budget=a.quality_budget, **save), run_dir)
+    return dict(run, checkpoint=save.get("save"))
 
 
 def _race(setup: Setup, ours: dict[str, Any], hf: dict[str, Any], target: Optional[float], source: str) -> dict:
@@ -794,24 +849,17 @@ def section_recipes(setup: Setup) -> dict[str, Any]:
             "steps": run["steps"],
             "train_seconds": last["train_seconds"],
             "eval_ppl": last["eval_ppl"],
-            "probe": probe_checkpoint(Path(run["checkpoint"]), setup.args.probe_task),
+            "probe": probe_checkpoint(setup, Path(run["checkpoint"])),
         }
     return {"budget_s": setup.args.quality_budget, "fast_recipe": fast, "rows": rows}
 
 
-def probe_checkpoint(folder: Path, task: str) -> Optional[dict[str, Any]]:
-    """The downstream judgement of a model folder: `mlmtrain probe` on a labeled task, its --json report.
-
-    The hook for the probe command (being built): None, and the report says so, until `mlmtrain.probe` exists or
-    when the task folder is absent. This is the one place that knows the probe's command line.
-    """
-    if importlib.util.find_spec("mlmtrain.probe") is None or not Path(task).is_dir():
+def probe_checkpoint(setup: Setup, folder: Path) -> Optional[dict[str, Any]]:
+    """The downstream judgement of a model folder in the recipes section: `mlmtrain probe` (fine-tuning, seed 0,
+    the electra section's --probe-* settings) on --probe-task, its JSON report; None where the task is absent."""
+    if not Path(setup.args.probe_task).is_dir():
         return None
-    command = [sys.executable, "-m", "mlmtrain", "probe", "--model", str(folder), "--task", str(task), "--json"]
-    done = subprocess.run(command, capture_output=True, text=True, env=_child_env())
-    if done.returncode != 0:
-        raise BenchmarkError(f"{shlex.join(command)} failed: {done.stderr.strip()[-500:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return _probe(setup, folder, seed=0, baseline=False)
 
 
 def _same_step(ours: list[dict], hf: list[dict]) -> Optional[dict[str, Any]]:
@@ -855,6 +903,184 @@ def section_growth(setup: Setup) -> dict[str, Any]:
     return {"batch": a.batch, "steps": a.growth_steps, "warmup_steps": warmup_steps, "rows": rows}
 
 
+# Student's t, two-sided 95 %, by degrees of freedom: a handful of seeds is too few for the normal 1.96
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def mean_interval(values: list[float]) -> dict[str, Any]:
+    """Mean and 95 % interval over seeds (t with n - 1 degrees of freedom; 1.96 beyond 10; none for one value)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return {"values": values, "mean": mean, "ci95": None, "half_width": float("nan")}
+    half = T_975.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
+    return {"values": values, "mean": mean, "ci95": [mean - half, mean + half], "half_width": half}
+
+
+def _probe(setup: Setup, model: Path, seed: int, baseline: bool) -> dict[str, Any]:
+    """`mlmtrain probe` (fine-tuning) of one checkpoint with one seed, as a user runs it; its JSON report."""
+    a = setup.args
+    run_dir = setup.run_dir(f"probe-{model.parent.parent.name}-s{seed}")
+    command = [sys.executable, "-m", "mlmtrain", "probe", "--model", str(model), "--task", str(a.probe_task)]
+    command += ["--epochs", str(a.probe_epochs), "--seed", str(seed), "--device", setup.device, "--json"]
+    if a.probe_examples:
+        command += ["--max-train-examples", str(a.probe_examples), "--max-eval-examples", str(a.probe_examples)]
+    if baseline:
+        command.append("--baseline")
+    run_logged(command, run_dir)
+    log = (run_dir / "benchmark.log").read_text(encoding="utf-8").splitlines()
+    return json.loads([line for line in log if line.startswith("{")][-1])  # the report is one JSON line
+
+
+def section_electra(setup: Setup) -> dict[str, Any]:
+    """Section 6: MLM against ELECTRA at equal pretraining wall time, judged by fine-tuning on a labeled task."""
+    a = setup.args
+    pretrained: dict[str, dict[str, Any]] = {}
+    for objective in ("mlm", "electra"):
+        say(f"benchmark: electra: {objective} pretraining for {a.objective_budget:g} s")
+        run_dir = setup.run_dir(f"objective-{objective}")
+        budget = {
+            "train.objective": objective,
+            "train.max_steps": None,
+            "train.max_time": a.objective_budget,
+            "train.log_every": 1,
+            "train.eval_every": 0,  # the budget is all training; the probe judges
+        }
+        run = run_ours(setup, run_dir, setup.ours(run_dir, extra=budget))
+        tokens, seconds = run["points"][-1]
+        pretrained[objective] = {
+            "checkpoint": run_dir / "checkpoints" / "latest",
+            "steps": run["steps"],
+            "tokens": tokens,
+            "seconds": seconds,
+            "tokens_per_s": tokens / seconds,
+            "command": run["command"],
+        }
+    accuracy: dict[str, list[float]] = {"untrained": [], "mlm": [], "electra": []}
+    for seed in range(a.probe_seeds):
+        say(f"benchmark: electra: fine-tuning, seed {seed + 1}/{a.probe_seeds}")
+        # the MLM run's report carries the untrained encoder of the same size too (--baseline), same settings
+        mlm = _probe(setup, pretrained["mlm"]["checkpoint"], seed, baseline=True)
+        accuracy["mlm"].append(mlm["accuracy"])
+        accuracy["untrained"].append(mlm["baseline"]["accuracy"])
+        accuracy["electra"].append(_probe(setup, pretrained["electra"]["checkpoint"], seed, False)["accuracy"])
+    rows = {name: mean_interval(values) for name, values in accuracy.items()}
+    for name in ("mlm", "electra"):
+        rows[name].update({k: v for k, v in pretrained[name].items() if k != "checkpoint"})
+    return {
+        "budget_s": a.objective_budget,
+        "task": str(a.probe_task),
+        "seeds": a.probe_seeds,
+        "epochs": a.probe_epochs,
+        "examples": a.probe_examples,
+        "rows": rows,
+        "electra_minus_mlm": rows["electra"]["mean"] - rows["mlm"]["mean"],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Section 6: downstream
+
+
+def save_initial_model(setup: Setup, folder: Path) -> Path:
+    """The weights both sides start from (same seed, same build_model as `pretrain`), as a model folder."""
+    if (folder / "config.json").is_file():
+        return folder
+    cfg = load_config(setup.config_path(), setup.ours(folder))
+    tokenizer = load_tokenizer(cfg.tokenizer_dir)
+    torch.manual_seed(cfg.train.seed)
+    build_model(cfg.model, vocab_size=len(tokenizer), pad_id=tokenizer.pad_token_id).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def probe_command(setup: Setup, model: Path, seed: int) -> list[str]:
+    """The `mlmtrain probe` command line that gives one of the section's fine-tuning results."""
+    a = setup.args
+    command = ["mlmtrain", "probe", "--model", str(model), "--task", a.task, "--seed", str(seed)]
+    command += ["--epochs", str(a.probe_epochs), "--lr", str(a.probe_lr), "--batch-size", str(a.probe_batch)]
+    command += ["--max-length", str(a.probe_max_length), "--device", setup.device]
+    if a.probe_train_examples:
+        command += ["--max-train-examples", str(a.probe_train_examples)]
+    if a.probe_eval_examples:
+        command += ["--max-eval-examples", str(a.probe_eval_examples)]
+    return command
+
+
+def finetune_all(setup: Setup, models: dict[str, Path]) -> dict[str, list[dict[str, Any]]]:
+    """Each model fine-tuned for each seed, in this process, as `probe_command` runs it: the models share one
+    tokenizer, so the task is read and tokenized once. Seeds outermost: the machine's drift touches all alike."""
+    from mlmtrain.probe import PreparedTask, ProbeSettings, encoder_config, probe_encoder
+    from mlmtrain.tasks import TaskFields, load_task
+
+    a = setup.args
+    settings = ProbeSettings(
+        epochs=a.probe_epochs,
+        lr=a.probe_lr,
+        batch_size=a.probe_batch,
+        max_length=a.probe_max_length,
+        max_train_examples=a.probe_train_examples or None,
+        max_eval_examples=a.probe_eval_examples or None,
+    )
+    tokenizer = load_tokenizer(models["ours"])
+    prepared = PreparedTask.build(load_task(a.task, TaskFields()), tokenizer, settings)
+    device = torch.device(setup.device)
+    reports: dict[str, list[dict[str, Any]]] = {name: [] for name in models}
+    for seed in range(a.seeds):
+        settings.seed = seed
+        for name, folder in models.items():
+            say(f"benchmark: downstream: fine-tune {LABELS[name]}, seed {seed}")
+            result, _ = probe_encoder(str(folder), encoder_config(str(folder)), prepared, settings, device, False)
+            report = {**result.as_dict(), "command": shlex.join(probe_command(setup, folder, seed))}
+            report.update(train_examples=len(prepared.train), test_examples=len(prepared.test))
+            reports[name].append(report)
+    return reports
+
+
+def section_downstream(setup: Setup) -> dict[str, Any]:
+    """Section 6: ours and the HF recipe (our lr) pretrain for the same budget from the same initial weights; the
+    two and the untrained initial model are fine-tuned alike for --seeds seeds and scored on the task's test split."""
+    a = setup.args
+    initial = save_initial_model(setup, setup.run_dir("downstream-initial"))
+    say(f"benchmark: downstream: mlmtrain pretrain for {a.downstream_budget:g} s")
+    run_dir = setup.run_dir("downstream-ours")
+    budget = {"train.max_steps": None, "train.max_time": a.downstream_budget, "train.eval_every": 0}
+    ours = run_ours(setup, run_dir, setup.ours(run_dir, extra=budget))
+    say(f"benchmark: downstream: the HF recipe (our lr) for {a.downstream_budget:g} s")
+    hf_dir = setup.run_dir("downstream-hf")
+    hf_spec = _hf_spec(setup, hf_dir, "downstream", budget=a.downstream_budget, save=str(hf_dir / "model"))
+    hf = run_worker("hf", hf_spec, hf_dir)
+    models = {"ours": run_dir / "checkpoints" / "latest", "hf": hf_dir / "model", "untrained": initial}
+    reports = finetune_all(setup, models)
+    sides = {}
+    for name, runs in reports.items():
+        metric = "accuracy" if "accuracy" in runs[0] else "pearson"
+        sides[name] = {
+            "metric": metric,
+            "score": mean_interval([run[metric] for run in runs]),
+            "macro_f1": mean_interval([run["macro_f1"] for run in runs]) if metric == "accuracy" else None,
+            "best_epochs": [run["best_epoch"] for run in runs],
+            "seconds": [run["seconds"] for run in runs],
+        }
+    sides["ours"]["pretrain_steps"], sides["hf"]["pretrain_steps"] = ours["steps"], hf["steps"]
+    first = reports["ours"][0]
+    return {
+        "budget_s": a.downstream_budget,
+        "task": a.task,
+        "seeds": a.seeds,
+        "finetune": {
+            "epochs": a.probe_epochs,
+            "lr": a.probe_lr,
+            "batch_size": a.probe_batch,
+            "max_length": a.probe_max_length,
+            "train_examples": first["train_examples"],
+            "test_examples": first["test_examples"],
+        },
+        "majority_accuracy": first.get("majority_accuracy"),
+        "probe_command": first["command"],
+        **sides,
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Verdicts and reports
 
@@ -863,14 +1089,15 @@ def section_growth(setup: Setup) -> dict[str, Any]:
 class Verdict:
     figure: str
     value: Optional[float]
-    comparison: str  # ">=" or "<="
+    comparison: str  # ">=", "<=" or ">"
     target: float
 
     @property
     def passed(self) -> bool:
         if self.value is None or math.isnan(self.value):
             return False
-        return self.value >= self.target if self.comparison == ">=" else self.value <= self.target
+        compare = {">=": float.__ge__, "<=": float.__le__, ">": float.__gt__}[self.comparison]
+        return compare(float(self.value), float(self.target))
 
     def row(self) -> list[str]:
         value = "not reached" if self.value is None else f"{self.value:.3f}"
@@ -893,6 +1120,15 @@ def verdicts(results: dict[str, Any], device_type: str) -> list[Verdict]:
         same = quality["same_step"]
         ratio = same["ours_ppl"] / same["hf_ppl"] if same else None
         out.append(Verdict("ppl at the same step: ours / HF", ratio, "<=", targets["same_step_ppl_ratio"]))
+    electra = results.get("electra")
+    if electra:
+        out.append(Verdict("electra - mlm test accuracy, equal time", electra["electra_minus_mlm"], ">=", 0.0))
+    downstream = results.get("downstream")
+    if downstream:
+        ours, hf, untrained = (downstream[name]["score"] for name in ("ours", "hf", "untrained"))
+        margin = ours["mean"] - untrained["mean"] - (ours["half_width"] + untrained["half_width"])
+        out.append(Verdict("downstream: ours - untrained, beyond both intervals", margin, ">", 0.0))
+        out.append(Verdict("downstream: ours / HF recipe at equal time", ours["mean"] / hf["mean"], ">=", 1.0))
     recipe = results.get("recipe")
     if recipe and recipe["same_step"]:
         same = recipe["same_step"]
@@ -997,6 +1233,61 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [f"## Cost growth (bare step, batch {growth['batch']}, {growth['steps']} steps)", ""]
         lines += _table(["size", "seq_len", "parameters", "tokens/s", "peak device MiB", "peak RSS MiB"], rows)
         lines.append("")
+    electra = results.get("electra")
+    if electra:
+        rows = []
+        for name in ("untrained", "mlm", "electra"):
+            row = electra["rows"][name]
+            low_high = "–" if row["ci95"] is None else f"{row['ci95'][0]:.4f} to {row['ci95'][1]:.4f}"
+            rows.append(
+                [name, f"{row['mean']:.4f}", low_high, _number(row.get("tokens_per_s")), _number(row.get("steps"))]
+            )
+        lines += [
+            f"## MLM and ELECTRA at equal time ({electra['budget_s']:g} s of pretraining each), fine-tuned on "
+            f"{Path(electra['task']).name}: test accuracy over {electra['seeds']} seeds",
+            "",
+        ]
+        lines += _table(["encoder", "mean accuracy", "95% interval", "pretraining tokens/s", "steps"], rows)
+        lines.append("")
+    downstream = results.get("downstream")
+    if downstream:
+        tune = downstream["finetune"]
+        rows = []
+        for name in ("ours", "hf", "untrained"):
+            side = downstream[name]
+            score, f1 = side["score"], side["macro_f1"]
+            rows.append(
+                [
+                    LABELS[name],
+                    str(side.get("pretrain_steps", 0)),
+                    f"{score['mean']:.4f} ± {score['half_width']:.4f}",
+                    f"{f1['mean']:.4f} ± {f1['half_width']:.4f}" if f1 else "–",
+                    ", ".join(f"{v:.4f}" for v in score["values"]),
+                ]
+            )
+        lines += [
+            f"## Downstream ({downstream['budget_s']:g} s of pretraining per side; fine-tuned on {downstream['task']})",
+            "",
+        ]
+        lines += _table(
+            [
+                "model",
+                "pretrain steps",
+                f"test {downstream['ours']['metric']} (95% over seeds)",
+                "macro-F1",
+                "per seed",
+            ],
+            rows,
+        )
+        majority = downstream["majority_accuracy"]
+        lines += [
+            "",
+            f"Fine-tuning: {tune['epochs']} epochs, lr {tune['lr']:g}, batch {tune['batch_size']}, max length "
+            f"{tune['max_length']}, {tune['train_examples']} train / {tune['test_examples']} test examples, "
+            f"{downstream['seeds']} seeds; best epoch on valid."
+            + (f" Majority-class accuracy {majority:.4f}." if majority is not None else ""),
+            "",
+        ]
     lines += ["## Targets", ""]
     lines += _table(["figure", "value", "target", "result"], [v.row() for v in results["verdicts"]])
     return "\n".join(lines) + "\n"
@@ -1042,12 +1333,12 @@ def _recipes_lines(recipes: dict[str, Any]) -> list[str]:
     names = {"default": "mlmtrain, shipped config", "fast": "mlmtrain, fast recipe", "hf": "HF recipe, our schedule"}
     rows = []
     for name, row in recipes["rows"].items():
-        probe = "–" if row["probe"] is None else json.dumps(row["probe"], sort_keys=True)[:80]
+        probe = "–" if row["probe"] is None else f"{row['probe']['accuracy']:.4f}"
         rows.append([names[name], str(row["steps"]), f"{row['train_seconds']:.0f}", f"{row['eval_ppl']:.2f}", probe])
     fast = ", ".join(f"{key}={value}" for key, value in recipes["fast_recipe"].items())
     lines = [f"## Recipes at equal wall time ({recipes['budget_s']:g} s each; fast recipe: {fast})", ""]
-    lines += _table(["recipe", "steps", "train s", "final ppl (15 % masks)", "probe"], rows)
-    lines += ["", "probe: `mlmtrain probe` on the labeled task, where that command exists (– where it does not).", ""]
+    lines += _table(["recipe", "steps", "train s", "final ppl (15 % masks)", "probe test accuracy"], rows)
+    lines += ["", "probe: `mlmtrain probe` (fine-tuning, seed 0) on --probe-task; – where that folder is absent.", ""]
     return lines
 
 
@@ -1106,7 +1397,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add("--train", help="training text (default ../shared wikipedia-vital-summaries, else builtin:python-docs)")
     add("--valid", help="validation text (default valid.txt beside --train, else 5 %% of the training documents)")
     add("--vocab-size", type=int, help="WordPiece vocabulary (default 30522)")
-    add("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
+    add(
+        "--sections",
+        default=",".join(DEFAULT_SECTIONS),
+        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all but downstream and electra)",
+    )
     add(
         "--quality-budget",
         type=float,
@@ -1116,9 +1411,29 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add("--eval-blocks", type=int, help="validation blocks per evaluation (default 128)")
     add("--recipe-steps", type=int, help="steps per side in the recipe and precision sections (default 150)")
     add("--fast-set", action="append", default=[], metavar="KEY=VALUE", help="change the fast recipe (recipes)")
-    add("--probe-task", default=str(PROBE_TASK), help="labeled task folder for the downstream probe (recipes)")
     add("--target-ppl", type=float, help="default: the lowest perplexity the HF recipe reached in its budget")
     add("--peak-tflops", type=float, default=H200_DENSE_BF16_TFLOPS, help="peak for MFU (default H200 dense bf16)")
+    add("--objective-budget", type=float, help="electra: pretraining seconds per objective (default 1200)")
+    add(
+        "--probe-task",
+        default=str(TASK),
+        help="electra and recipes: labeled task folder (default ../shared wikipedia-vital-topics)",
+    )
+    add("--probe-seeds", type=int, help="electra: fine-tuning seeds per encoder (default 5)")
+    add("--probe-epochs", type=int, help="electra and downstream: fine-tuning epochs (default 3)")
+    add("--probe-examples", type=int, help="electra: cap on train and on valid/test examples (default: all)")
+    add(
+        "--task",
+        default=str(TASK),
+        help="downstream: the labeled task folder (default ../shared wikipedia-vital-topics)",
+    )
+    add("--downstream-budget", type=float, help="downstream: pretraining seconds per side (default 600)")
+    add("--seeds", type=int, help="downstream: fine-tuning seeds per model (default 3)")
+    add("--probe-lr", type=float, help="downstream: fine-tuning learning rate (default 3e-4)")
+    add("--probe-batch", type=int, help="downstream: fine-tuning batch (default 32)")
+    add("--probe-max-length", type=int, help="downstream: tokens per example (default 128)")
+    add("--probe-train-examples", type=int, help="downstream: train examples, a fixed sample; 0: all (default 2000)")
+    add("--probe-eval-examples", type=int, help="downstream: valid/test examples; 0: all (default all)")
     add("--set", action="append", default=[], metavar="KEY=VALUE", help="our side only, e.g. train.compile=true")
     add("--quick", action="store_true", help="tiny everything, for a smoke test")
     add("--out", default=str(REPO / "results"), help="folder for benchmark-<time>.json and .md")
@@ -1126,7 +1441,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add("--worker", choices=tuple(WORKERS), help=argparse.SUPPRESS)
     add("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    for key, value in (QUICK if args.quick else DEFAULTS).items():
+    defaults = QUICK if args.quick else DEFAULTS
+    if not args.quick and args.sections.strip() == "downstream":
+        defaults = {**defaults, **DOWNSTREAM_ONLY}
+    for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.train is None:
@@ -1147,7 +1465,18 @@ def check_args(args: argparse.Namespace) -> set[str]:
         raise BenchmarkError("--growth-steps must be >= 4")
     if args.rounds < 1:
         raise BenchmarkError("--rounds must be >= 1")
-    if {"throughput", "quality", "tuned", "recipe", "recipes"} & sections:
+    if "electra" in sections:
+        if not Path(args.probe_task).is_dir():
+            raise BenchmarkError(f"--probe-task {args.probe_task} is not a folder; pass a labeled task folder")
+        if importlib.util.find_spec("mlmtrain.probe") is None:
+            raise BenchmarkError("the electra section fine-tunes with `mlmtrain probe`, which this mlmtrain lacks")
+        if args.probe_seeds < 1:
+            raise BenchmarkError("--probe-seeds must be >= 1")
+    if "downstream" in sections and not (Path(args.task) / "train.jsonl").is_file() and not Path(args.task).is_dir():
+        raise BenchmarkError(f"downstream needs a labeled task folder; {args.task} is none: pass --task FOLDER")
+    if "downstream" in sections and args.seeds < 2:
+        raise BenchmarkError("--seeds must be >= 2: the interval over seeds needs two")
+    if {"throughput", "quality", "tuned", "recipe", "recipes", "downstream"} & sections:
         missing = [name for name in ("datasets", "accelerate") if importlib.util.find_spec(name) is None]
         if missing:
             raise BenchmarkError(
@@ -1193,6 +1522,10 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
         results["recipes"] = section_recipes(setup)
     if "growth" in sections:
         results["growth"] = section_growth(setup)
+    if "electra" in sections:
+        results["electra"] = section_electra(setup)
+    if "downstream" in sections:
+        results["downstream"] = section_downstream(setup)
     results["verdicts"] = verdicts(results, "cuda" if setup.device.startswith("cuda") else "cpu")
     return results
 
