@@ -90,6 +90,10 @@ def top_words(fill_mask_stdout: str) -> dict[str, list[str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("MLMTRAIN_FULL_QUICKSTART") != "1",
+    reason="trains the whole quick start (minutes); set MLMTRAIN_FULL_QUICKSTART=1 to run it",
+)
 @pytest.mark.xfail(
     strict=True,
     reason="the quick start does not reach 4 of 5 yet (0 of 5 measured for the shipped config; docs/benchmarks.md, "
