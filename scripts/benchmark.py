@@ -21,8 +21,8 @@ in time to a target perplexity, and in how cost grows with sequence length and m
    time: validation perplexity on the classic 15 % masks, and the downstream probe where `mlmtrain probe` exists.
 8. growth: tokens/s and peak memory of the bare step for several seq_len and model sizes.
 9. electra (on request, not in the default list): MLM and ELECTRA models of the same encoder size, from the same
-   tokenizer and token store, each pretrain for --objective-budget seconds; then each, and the untrained encoder,
-   is fine-tuned on --probe-task by `mlmtrain probe` with identical settings over --probe-seeds seeds: test
+   tokenizer and token store, each pretrain for --downstream-budget seconds; then each, and the untrained
+   encoder, is fine-tuned on --task as `mlmtrain probe` does, with identical settings over --seeds seeds: test
    accuracy mean with its 95 % interval (Student's t over seeds), and each objective's tokens/s.
 10. downstream (only on request: it runs for an hour on 2 CPU cores): from the same initial weights, ours and the HF
    recipe (our lr) each pretrain for --downstream-budget seconds; then both and the untrained initial model are
@@ -95,6 +95,9 @@ LABELS = {
     "hf": "HF Trainer recipe",
     "bare": "bare step (limit)",
     "untrained": "untrained (initial weights)",
+    "electra": "mlmtrain pretrain, ELECTRA",
+    "default": "mlmtrain, shipped recipe",
+    "fast": "mlmtrain, fast recipe",
 }
 # The fast recipe the `recipes` section sets against the shipped default: no dropout (Cramming, ModernBERT), 25 %
 # of the tokens masked with a fixed count per block (Cramming), Cramming's one-cycle triangle over the budget.
@@ -141,10 +144,7 @@ DEFAULTS = {
     "eval_blocks": 128,
     "recipe_steps": 150,
     "vocab_size": 30522,
-    "objective_budget": 1200.0,
-    "probe_seeds": 5,
     "probe_epochs": 3,
-    "probe_examples": None,
     "downstream_budget": 600.0,
     "seeds": 3,
     "probe_lr": 3e-4,
@@ -169,10 +169,7 @@ QUICK = {
     "eval_blocks": 16,
     "recipe_steps": 10,
     "vocab_size": 2000,
-    "objective_budget": 6.0,
-    "probe_seeds": 2,
     "probe_epochs": 1,
-    "probe_examples": 48,
     "downstream_budget": 5.0,
     "seeds": 2,
     "probe_lr": 1e-4,
@@ -845,21 +842,14 @@ def section_recipes(setup: Setup) -> dict[str, Any]:
         if not run["evals"]:
             raise BenchmarkError(f"recipes: {name} logged no evaluation; raise --quality-budget or lower --eval-every")
         last = run["evals"][-1]
-        rows[name] = {
-            "steps": run["steps"],
-            "train_seconds": last["train_seconds"],
-            "eval_ppl": last["eval_ppl"],
-            "probe": probe_checkpoint(setup, Path(run["checkpoint"])),
-        }
+        rows[name] = {"steps": run["steps"], "train_seconds": last["train_seconds"], "eval_ppl": last["eval_ppl"]}
+    probes = {name: None for name in runs}
+    if Path(setup.args.task).is_dir():  # the downstream judgement of each final model, fine-tuned alike
+        reports = finetune_all(setup, {name: Path(run["checkpoint"]) for name, run in runs.items()})
+        probes = {name: mean_interval([r["accuracy"] for r in runs_of]) for name, runs_of in reports.items()}
+    for name in rows:
+        rows[name]["probe"] = probes[name]
     return {"budget_s": setup.args.quality_budget, "fast_recipe": fast, "rows": rows}
-
-
-def probe_checkpoint(setup: Setup, folder: Path) -> Optional[dict[str, Any]]:
-    """The downstream judgement of a model folder in the recipes section: `mlmtrain probe` (fine-tuning, seed 0,
-    the electra section's --probe-* settings) on --probe-task, its JSON report; None where the task is absent."""
-    if not Path(setup.args.probe_task).is_dir():
-        return None
-    return _probe(setup, folder, seed=0, baseline=False)
 
 
 def _same_step(ours: list[dict], hf: list[dict]) -> Optional[dict[str, Any]]:
@@ -916,67 +906,6 @@ def mean_interval(values: list[float]) -> dict[str, Any]:
     return {"values": values, "mean": mean, "ci95": [mean - half, mean + half], "half_width": half}
 
 
-def _probe(setup: Setup, model: Path, seed: int, baseline: bool) -> dict[str, Any]:
-    """`mlmtrain probe` (fine-tuning) of one checkpoint with one seed, as a user runs it; its JSON report."""
-    a = setup.args
-    run_dir = setup.run_dir(f"probe-{model.parent.parent.name}-s{seed}")
-    command = [sys.executable, "-m", "mlmtrain", "probe", "--model", str(model), "--task", str(a.probe_task)]
-    command += ["--epochs", str(a.probe_epochs), "--seed", str(seed), "--device", setup.device, "--json"]
-    if a.probe_examples:
-        command += ["--max-train-examples", str(a.probe_examples), "--max-eval-examples", str(a.probe_examples)]
-    if baseline:
-        command.append("--baseline")
-    run_logged(command, run_dir)
-    log = (run_dir / "benchmark.log").read_text(encoding="utf-8").splitlines()
-    return json.loads([line for line in log if line.startswith("{")][-1])  # the report is one JSON line
-
-
-def section_electra(setup: Setup) -> dict[str, Any]:
-    """Section 6: MLM against ELECTRA at equal pretraining wall time, judged by fine-tuning on a labeled task."""
-    a = setup.args
-    pretrained: dict[str, dict[str, Any]] = {}
-    for objective in ("mlm", "electra"):
-        say(f"benchmark: electra: {objective} pretraining for {a.objective_budget:g} s")
-        run_dir = setup.run_dir(f"objective-{objective}")
-        budget = {
-            "train.objective": objective,
-            "train.max_steps": None,
-            "train.max_time": a.objective_budget,
-            "train.log_every": 1,
-            "train.eval_every": 0,  # the budget is all training; the probe judges
-        }
-        run = run_ours(setup, run_dir, setup.ours(run_dir, extra=budget))
-        tokens, seconds = run["points"][-1]
-        pretrained[objective] = {
-            "checkpoint": run_dir / "checkpoints" / "latest",
-            "steps": run["steps"],
-            "tokens": tokens,
-            "seconds": seconds,
-            "tokens_per_s": tokens / seconds,
-            "command": run["command"],
-        }
-    accuracy: dict[str, list[float]] = {"untrained": [], "mlm": [], "electra": []}
-    for seed in range(a.probe_seeds):
-        say(f"benchmark: electra: fine-tuning, seed {seed + 1}/{a.probe_seeds}")
-        # the MLM run's report carries the untrained encoder of the same size too (--baseline), same settings
-        mlm = _probe(setup, pretrained["mlm"]["checkpoint"], seed, baseline=True)
-        accuracy["mlm"].append(mlm["accuracy"])
-        accuracy["untrained"].append(mlm["baseline"]["accuracy"])
-        accuracy["electra"].append(_probe(setup, pretrained["electra"]["checkpoint"], seed, False)["accuracy"])
-    rows = {name: mean_interval(values) for name, values in accuracy.items()}
-    for name in ("mlm", "electra"):
-        rows[name].update({k: v for k, v in pretrained[name].items() if k != "checkpoint"})
-    return {
-        "budget_s": a.objective_budget,
-        "task": str(a.probe_task),
-        "seeds": a.probe_seeds,
-        "epochs": a.probe_epochs,
-        "examples": a.probe_examples,
-        "rows": rows,
-        "electra_minus_mlm": rows["electra"]["mean"] - rows["mlm"]["mean"],
-    }
-
-
 # ---------------------------------------------------------------------------------------------
 # Section 6: downstream
 
@@ -1021,7 +950,7 @@ def finetune_all(setup: Setup, models: dict[str, Path]) -> dict[str, list[dict[s
         max_train_examples=a.probe_train_examples or None,
         max_eval_examples=a.probe_eval_examples or None,
     )
-    tokenizer = load_tokenizer(models["ours"])
+    tokenizer = load_tokenizer(next(iter(models.values())))  # the models share one tokenizer
     prepared = PreparedTask.build(load_task(a.task, TaskFields()), tokenizer, settings)
     device = torch.device(setup.device)
     reports: dict[str, list[dict[str, Any]]] = {name: [] for name in models}
@@ -1034,6 +963,44 @@ def finetune_all(setup: Setup, models: dict[str, Path]) -> dict[str, list[dict[s
             report.update(train_examples=len(prepared.train), test_examples=len(prepared.test))
             reports[name].append(report)
     return reports
+
+
+def section_electra(setup: Setup) -> dict[str, Any]:
+    """Section 8: MLM (ours) and ELECTRA, the same encoder size on the same tokenizer and token store, each pretrain
+    for --downstream-budget seconds; the two and the untrained encoder are fine-tuned alike for --seeds seeds."""
+    a = setup.args
+    initial = save_initial_model(setup, setup.run_dir("downstream-initial"))
+    pretrained: dict[str, dict[str, Any]] = {}
+    for name, objective in (("ours", "mlm"), ("electra", "electra")):
+        say(f"benchmark: electra: {objective} pretraining for {a.downstream_budget:g} s")
+        run_dir = setup.run_dir(f"objective-{objective}")
+        budget = {
+            "train.objective": objective,
+            "train.max_steps": None,
+            "train.max_time": a.downstream_budget,
+            "train.log_every": 1,
+            "train.eval_every": 0,  # the budget is all training; fine-tuning judges
+        }
+        run = run_ours(setup, run_dir, setup.ours(run_dir, extra=budget))
+        tokens, seconds = run["points"][-1]
+        pretrained[name] = {"steps": run["steps"], "tokens_per_s": tokens / seconds, "command": run["command"]}
+    models = {
+        "ours": setup.run_dir("objective-mlm") / "checkpoints" / "latest",
+        "electra": setup.run_dir("objective-electra") / "checkpoints" / "latest",
+        "untrained": initial,
+    }
+    reports = finetune_all(setup, models)
+    rows = {name: {**mean_interval([run["accuracy"] for run in runs]), **pretrained.get(name, {})}
+            for name, runs in reports.items()}  # fmt: skip
+    return {
+        "budget_s": a.downstream_budget,
+        "task": str(a.task),
+        "seeds": a.seeds,
+        "epochs": a.probe_epochs,
+        "probe_command": reports["ours"][0]["command"],
+        "rows": rows,
+        "electra_minus_mlm": rows["electra"]["mean"] - rows["ours"]["mean"],
+    }
 
 
 def section_downstream(setup: Setup) -> dict[str, Any]:
@@ -1236,11 +1203,17 @@ def markdown(results: dict[str, Any]) -> str:
     electra = results.get("electra")
     if electra:
         rows = []
-        for name in ("untrained", "mlm", "electra"):
+        for name in ("untrained", "ours", "electra"):
             row = electra["rows"][name]
             low_high = "–" if row["ci95"] is None else f"{row['ci95'][0]:.4f} to {row['ci95'][1]:.4f}"
             rows.append(
-                [name, f"{row['mean']:.4f}", low_high, _number(row.get("tokens_per_s")), _number(row.get("steps"))]
+                [
+                    LABELS[name],
+                    f"{row['mean']:.4f}",
+                    low_high,
+                    _number(row.get("tokens_per_s")),
+                    _number(row.get("steps")),
+                ]
             )
         lines += [
             f"## MLM and ELECTRA at equal time ({electra['budget_s']:g} s of pretraining each), fine-tuned on "
@@ -1333,12 +1306,12 @@ def _recipes_lines(recipes: dict[str, Any]) -> list[str]:
     names = {"default": "mlmtrain, shipped config", "fast": "mlmtrain, fast recipe", "hf": "HF recipe, our schedule"}
     rows = []
     for name, row in recipes["rows"].items():
-        probe = "–" if row["probe"] is None else f"{row['probe']['accuracy']:.4f}"
+        probe = "–" if row["probe"] is None else f"{row['probe']['mean']:.4f}"
         rows.append([names[name], str(row["steps"]), f"{row['train_seconds']:.0f}", f"{row['eval_ppl']:.2f}", probe])
     fast = ", ".join(f"{key}={value}" for key, value in recipes["fast_recipe"].items())
     lines = [f"## Recipes at equal wall time ({recipes['budget_s']:g} s each; fast recipe: {fast})", ""]
     lines += _table(["recipe", "steps", "train s", "final ppl (15 % masks)", "probe test accuracy"], rows)
-    lines += ["", "probe: `mlmtrain probe` (fine-tuning, seed 0) on --probe-task; – where that folder is absent.", ""]
+    lines += ["", "probe: fine-tuned as `mlmtrain probe` does on --task, mean over --seeds; – without the task.", ""]
     return lines
 
 
@@ -1413,22 +1386,14 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add("--fast-set", action="append", default=[], metavar="KEY=VALUE", help="change the fast recipe (recipes)")
     add("--target-ppl", type=float, help="default: the lowest perplexity the HF recipe reached in its budget")
     add("--peak-tflops", type=float, default=H200_DENSE_BF16_TFLOPS, help="peak for MFU (default H200 dense bf16)")
-    add("--objective-budget", type=float, help="electra: pretraining seconds per objective (default 1200)")
-    add(
-        "--probe-task",
-        default=str(TASK),
-        help="electra and recipes: labeled task folder (default ../shared wikipedia-vital-topics)",
-    )
-    add("--probe-seeds", type=int, help="electra: fine-tuning seeds per encoder (default 5)")
-    add("--probe-epochs", type=int, help="electra and downstream: fine-tuning epochs (default 3)")
-    add("--probe-examples", type=int, help="electra: cap on train and on valid/test examples (default: all)")
+    add("--probe-epochs", type=int, help="downstream, electra, recipes: fine-tuning epochs (default 3)")
     add(
         "--task",
         default=str(TASK),
         help="downstream: the labeled task folder (default ../shared wikipedia-vital-topics)",
     )
-    add("--downstream-budget", type=float, help="downstream: pretraining seconds per side (default 600)")
-    add("--seeds", type=int, help="downstream: fine-tuning seeds per model (default 3)")
+    add("--downstream-budget", type=float, help="downstream, electra: pretraining seconds per contestant (default 600)")
+    add("--seeds", type=int, help="downstream, electra, recipes: fine-tuning seeds per model (default 3)")
     add("--probe-lr", type=float, help="downstream: fine-tuning learning rate (default 3e-4)")
     add("--probe-batch", type=int, help="downstream: fine-tuning batch (default 32)")
     add("--probe-max-length", type=int, help="downstream: tokens per example (default 128)")
@@ -1465,16 +1430,10 @@ def check_args(args: argparse.Namespace) -> set[str]:
         raise BenchmarkError("--growth-steps must be >= 4")
     if args.rounds < 1:
         raise BenchmarkError("--rounds must be >= 1")
-    if "electra" in sections:
-        if not Path(args.probe_task).is_dir():
-            raise BenchmarkError(f"--probe-task {args.probe_task} is not a folder; pass a labeled task folder")
-        if importlib.util.find_spec("mlmtrain.probe") is None:
-            raise BenchmarkError("the electra section fine-tunes with `mlmtrain probe`, which this mlmtrain lacks")
-        if args.probe_seeds < 1:
-            raise BenchmarkError("--probe-seeds must be >= 1")
-    if "downstream" in sections and not (Path(args.task) / "train.jsonl").is_file() and not Path(args.task).is_dir():
-        raise BenchmarkError(f"downstream needs a labeled task folder; {args.task} is none: pass --task FOLDER")
-    if "downstream" in sections and args.seeds < 2:
+    finetuned = {"downstream", "electra"} & sections
+    if finetuned and not Path(args.task).is_dir():
+        raise BenchmarkError(f"{min(finetuned)} needs a labeled task folder; {args.task} is none: pass --task FOLDER")
+    if finetuned and args.seeds < 2:
         raise BenchmarkError("--seeds must be >= 2: the interval over seeds needs two")
     if {"throughput", "quality", "tuned", "recipe", "recipes", "downstream"} & sections:
         missing = [name for name in ("datasets", "accelerate") if importlib.util.find_spec(name) is None]
