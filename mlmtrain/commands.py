@@ -175,7 +175,11 @@ def run_fill_mask_command(model: Union[str, Path], text: Optional[str], top_k: i
     _positive(top_k, "--top-k")
     torch_device = _device(device)
     mlm, tokenizer = load_masked_lm(model)
+    vocabulary = len(tokenizer)
+    if top_k > vocabulary:
+        raise UserError("argument", f"--top-k {top_k} is more than the model's {vocabulary} tokens; pass {vocabulary}")
     mask = tokenizer.mask_token
+    positions = getattr(mlm.config, "max_position_embeddings", None)
     with quiet_transformers():
         fill = pipeline("fill-mask", model=mlm, tokenizer=tokenizer, device=torch_device)
     for number, line in enumerate(_fill_mask_lines(text)):
@@ -184,6 +188,14 @@ def run_fill_mask_command(model: Union[str, Path], text: Optional[str], top_k: i
         masks = query.count(mask)
         if masks == 0:
             raise UserError("fill-mask", f"no {mask} in {line!r}; put [MASK] where a word should be predicted")
+        with quiet_transformers():  # no "sequence length is longer" warning: the check below says it in one line
+            length = len(tokenizer(query)["input_ids"])
+        if positions is not None and length > positions:
+            raise UserError(
+                "fill-mask",
+                f"the text is {length} tokens, more than the model's {positions} positions "
+                "(max_position_embeddings); shorten it",
+            )
         predictions = fill(query, top_k=top_k)
         if masks == 1:  # the pipeline nests the list only when there are several masks
             predictions = [predictions]

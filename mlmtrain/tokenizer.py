@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import uuid
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import tokenizers
 import transformers
@@ -21,12 +19,19 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from mlmtrain.config import TokenizerConfig
 from mlmtrain.errors import UserError
+from mlmtrain.files import replace_folder
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]  # the trainer gives them ids 0..4 in this order
 
 _CONFIG_FILE = "tokenizer_config.json"
 _VOCAB_FILES = ("tokenizer.json", "vocab.txt")  # either one lets transformers build the tokenizer
+TOKENIZER_META = "mlmtrain-tokenizer.json"  # how mlmtrain made the tokenizer; also the mark of a folder it wrote
+# every name a tokenizer folder of mlmtrain's holds (transformers' save_pretrained included)
+TOKENIZER_FILES = re.compile(
+    r"tokenizer\.json|tokenizer_config\.json|vocab\.txt|special_tokens_map\.json|added_tokens\.json"
+    r"|chat_template\.(?:jinja|json)|" + re.escape(TOKENIZER_META)
+)
 
 
 def _strip_accents(cfg: TokenizerConfig) -> bool:
@@ -139,37 +144,55 @@ def _write_folder(tokenizer: tokenizers.Tokenizer, folder: Path, model_max_lengt
 
 
 def save_tokenizer(
-    tokenizer: tokenizers.Tokenizer, folder: Path, cfg: TokenizerConfig, model_max_length: int = 512
+    tokenizer: tokenizers.Tokenizer,
+    folder: Path,
+    cfg: TokenizerConfig,
+    model_max_length: int = 512,
+    record: Optional[dict] = None,
 ) -> None:
     """Write a Hugging Face tokenizer folder atomically: built beside `folder`, swapped in only once complete.
 
+    `record` goes to mlmtrain-tokenizer.json, the marker that tells a folder mlmtrain may replace later.
     `cfg` is accepted for symmetry with training; the folder records the settings of `tokenizer` itself.
     """
     del cfg  # the trained object already carries lowercase / strip_accents in its normalizer
-    folder = Path(folder)
-    if folder.exists() and not (folder.is_dir() and (is_tokenizer_folder(folder) or not any(folder.iterdir()))):
-        # Never replace something that is not ours: a mistyped tokenizer.path could name a run folder.
-        raise UserError(
-            "tokenizer",
-            f"{folder} exists and is not a tokenizer folder; set tokenizer.path to a new folder or remove it",
-        )
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    # A plain mkdir, not tempfile.mkdtemp: mkdtemp makes the folder 0700, and the renamed result must be an ordinary
-    # folder (0777 less the umask, 0755 usually) that other users and processes can read.
-    staging = folder.parent / f".{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    staging.mkdir()
-    old = folder.parent / f"{staging.name}.old"
-    try:
+
+    def write(staging: Path) -> None:
         _write_folder(tokenizer, staging, model_max_length)
-        if folder.exists():
-            os.replace(folder, old)
-        os.replace(staging, folder)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        if old.exists() and not folder.exists():
-            os.replace(old, folder)  # put the previous tokenizer back
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+        (staging / TOKENIZER_META).write_text(json.dumps(record or {}, indent=1), encoding="utf-8")
+
+    _replace_tokenizer_folder(Path(folder), write)
+
+
+def copy_tokenizer(tokenizer: transformers.PreTrainedTokenizerFast, folder: Path, record: dict) -> None:
+    """Save a loaded tokenizer (a checkpoint's, a hub one) as mlmtrain's tokenizer folder, atomically."""
+
+    def write(staging: Path) -> None:
+        tokenizer.save_pretrained(str(staging))
+        (staging / TOKENIZER_META).write_text(json.dumps(record, indent=1), encoding="utf-8")
+
+    _replace_tokenizer_folder(Path(folder), write)
+
+
+def _replace_tokenizer_folder(folder: Path, write: Callable[[Path], None]) -> None:
+    # Never replace something that is not ours: a mistyped tokenizer.path could name a run or a model folder.
+    replace_folder(
+        folder,
+        write,
+        marker=TOKENIZER_META,
+        ours=TOKENIZER_FILES,
+        topic="tokenizer",
+        key="tokenizer.path",
+        what="the tokenizer",
+    )
+
+
+def tokenizer_record(folder: Path) -> Optional[dict]:
+    """What mlmtrain-tokenizer.json says about how the tokenizer in `folder` was made (None: no such file)."""
+    try:
+        return json.loads((Path(folder) / TOKENIZER_META).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def is_tokenizer_folder(folder: Path) -> bool:

@@ -23,7 +23,7 @@ from mlmtrain.data import LiveMicroBatches, MicroBatches, StoreBlocks, batch_lay
 from mlmtrain.distributed import DistContext, all_reduce_sum, gather_objects, init_distributed, on_main, teardown
 from mlmtrain.errors import UserError
 from mlmtrain.evaluate import evaluate_blocks
-from mlmtrain.guard import RunLock, StopRequested, claim_run_dir
+from mlmtrain.guard import RunLock, StopRequested, check_before_start, claim_run_dir, interrupt_on_sigterm
 from mlmtrain.masking import MaskingCollator, VocabInfo
 from mlmtrain.model import MaskedLM, build_model
 from mlmtrain.optim import build_optimizer, learning_rate, set_learning_rate
@@ -95,11 +95,14 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
     lock = on_main(ctx, lambda: RunLock(run_dir))
     try:
         on_main(ctx, lambda: claim_run_dir(run_dir, resume, overwrite))
-        on_main(ctx, lambda: _ensure_data(cfg))
-        resume_from = ckpt.resolve_resume(run_dir, resume) if resume else None
-        if ctx.is_main and resume == "auto" and resume_from is None:
-            say(f"no checkpoint in {run_dir}; starting a new run")
-        return _run(cfg, ctx, run_dir, resume_from)
+        resume_from = ckpt.resolve_resume(run_dir, resume) if resume is not None else None
+        # a resume that cannot work is refused before the tokenizer or the store is rebuilt
+        on_main(ctx, lambda: check_before_start(cfg, ctx.device, resume_from))
+        with interrupt_on_sigterm():
+            on_main(ctx, lambda: _ensure_data(cfg))
+            if ctx.is_main and resume == "auto" and resume_from is None:
+                say(f"no checkpoint in {run_dir}; starting a new run")
+            return _run(cfg, ctx, run_dir, resume_from)
     finally:
         if lock is not None:
             lock.release()
