@@ -64,10 +64,38 @@ def _batches(texts: Iterable[str], batch_size: int, seen: list[int]) -> Iterator
         yield batch
 
 
+MAX_WORD_CHARS = 100  # WordPiece's max_input_chars_per_word: a longer word encodes as [UNK]
+_LONG_RUN = re.compile(rf"\S{{{MAX_WORD_CHARS + 1},}}")  # a run that may hold a word too long (cheap to find)
+
+
+def _without_long_words(text: str, splitter: tokenizers.Tokenizer, dropped: list[int]) -> str:
+    """`text` without its words of more than MAX_WORD_CHARS characters, as `splitter` splits words; counts them.
+
+    `splitter` must not be the tokenizer being trained: training holds its lock, and using it here would deadlock.
+    """
+
+    def shorten(match: re.Match) -> str:
+        normalized = splitter.normalizer.normalize_str(match.group())  # CJK characters become words of their own
+        words = [word for word, _ in splitter.pre_tokenizer.pre_tokenize_str(normalized)]
+        kept = [word for word in words if len(word) <= MAX_WORD_CHARS]
+        dropped[0] += len(words) - len(kept)
+        return " ".join(kept)
+
+    return _LONG_RUN.sub(shorten, text) if _LONG_RUN.search(text) else text
+
+
 def train_tokenizer(
-    texts: Iterable[str], cfg: TokenizerConfig, batch_size: int = 1000, show_progress: bool = False
+    texts: Iterable[str],
+    cfg: TokenizerConfig,
+    batch_size: int = 1000,
+    show_progress: bool = False,
+    report: Optional[Callable[[str], None]] = None,
 ) -> tokenizers.Tokenizer:
-    """Train a BERT-style WordPiece tokenizer on a stream of documents (read once, in batches: memory stays bounded)."""
+    """Train a BERT-style WordPiece tokenizer on a stream of documents (read once, in batches: memory stays bounded).
+
+    Words longer than MAX_WORD_CHARS are left out of training (`report` is told how many): they encode as [UNK]
+    anyway, and the trainer's cost grows with the square of a word's length (a 200 kB word took 46 s).
+    """
     tokenizer = _untrained_tokenizer(cfg)
     trainer = trainers.WordPieceTrainer(
         vocab_size=cfg.vocab_size,
@@ -77,8 +105,15 @@ def train_tokenizer(
         continuing_subword_prefix="##",
         show_progress=show_progress,
     )
-    seen = [0]
-    tokenizer.train_from_iterator(_batches(texts, batch_size, seen), trainer=trainer)
+    seen, dropped = [0], [0]
+    splitter = _untrained_tokenizer(cfg)
+    short_words = (_without_long_words(text, splitter, dropped) for text in texts)
+    tokenizer.train_from_iterator(_batches(short_words, batch_size, seen), trainer=trainer)
+    if dropped[0] and report is not None:
+        report(
+            f"tokenizer: {dropped[0]:,} words longer than {MAX_WORD_CHARS} characters left out of training "
+            "(they encode as [UNK], as in BERT)"
+        )
     if seen[0] == 0:
         raise UserError("tokenizer", "the training corpus has no documents; point data.train at some text")
     learned = tokenizer.get_vocab_size(with_added_tokens=True)

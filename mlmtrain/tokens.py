@@ -307,7 +307,7 @@ def prepare_tokenizer(cfg: Config, train_corpus: Any) -> Any:
     if (folder / TOKENIZER_META).is_file():
         say(f"tokenizer: the corpus or tokenizer settings changed; training a new one in {folder}")
     started = time.perf_counter()
-    trained = train_tokenizer(train_corpus, cfg.tokenizer)
+    trained = train_tokenizer(train_corpus, cfg.tokenizer, report=say)
     save_tokenizer(trained, folder, cfg.tokenizer, model_max_length=cfg.model.max_position_embeddings, record=record)
     say(
         f"tokenizer: trained WordPiece, {trained.get_vocab_size():,} tokens, in {time.perf_counter() - started:.1f}s "

@@ -237,7 +237,7 @@ CONFIG_FILES = {
     "unknown-section.yaml": "modle:\n  hidden_size: 64\n",
     "unknown-key.yaml": "optim:\n  learning_rate: 0.1\n",
     "tabs.yaml": "train:\n\tmax_steps: 3\n",
-    "duplicate-section.yaml": "optim:\n  lr: 0.1\n  warmup_steps: 3\ntrain:\n  max_steps: 5\noptim:\n  weight_decay: 0\n",
+    "duplicate-section.yaml": "optim:\n  lr: 0.1\n  warmup_steps: 3\ntrain:\n  max_steps: 5\noptim:\n  eps: 1\n",
     "duplicate-key.yaml": "optim:\n  lr: 0.1\n  lr: 0.2\n",
     "a-file": "not a folder\n",
 }

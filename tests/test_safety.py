@@ -8,7 +8,6 @@ a second stop signal, write errors outside the checkpoint writer, unusable run f
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import subprocess
@@ -19,11 +18,9 @@ from typing import Any
 
 import pytest
 
-from mlmtrain import checkpoint as ckpt
-from mlmtrain.config import load_config
 from mlmtrain.train import pretrain
 
-from .conftest import tiny_overrides, write_corpus
+from .conftest import write_corpus
 from .test_reliability import (
     CHILD_ENV,
     CHILD_TIMEOUT_S,
@@ -287,39 +284,29 @@ def test_a_full_disk_while_writing_the_tokenizer_is_one_line(
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tok")] == []
 
 
-class _FillsUp:
-    """A metrics file on a disk that fills up after `room` bytes: the write fails midway, as a real one does."""
-
-    def __init__(self, handle: Any, room: int) -> None:
-        self.handle, self.room = handle, room
-
-    def write(self, text: str) -> int:
-        if len(text) > self.room:
-            self.handle.write(text[: self.room])
-            self.handle.flush()
-            self.room = 0
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        self.room -= len(text)
-        return self.handle.write(text)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.handle, name)
-
-
 def test_a_full_disk_while_appending_metrics_keeps_training_and_the_file_valid(
     tiny_config, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    import mlmtrain.progress
-
     cfg = tiny_config(**{**QUICK, "train.max_steps": 6})
     run_dir = Path(cfg.train.run_dir)
-    monkeypatch.setattr(
-        mlmtrain.progress, "open", lambda *a, **k: _FillsUp(open(*a, **k), room=300), raising=False
-    )
+    real_write, room = os.write, [300]
+
+    def write(fd: int, data: bytes) -> int:
+        """metrics.jsonl on a disk that fills up after 300 bytes: the write stops midway, as a real one does."""
+        if not os.readlink(f"/proc/self/fd/{fd}").endswith("metrics.jsonl"):
+            return real_write(fd, data)
+        if len(data) > room[0]:
+            real_write(fd, data[: room[0]])
+            room[0] = 0
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        room[0] -= len(data)
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
     assert pretrain(cfg).name == "step-6"  # the run goes on and saves its checkpoints
     said = capsys.readouterr().err
     assert said.count("metrics.jsonl") == 1 and os.strerror(errno.ENOSPC) in said, said
-    metric_lines(run_dir)  # every line is whole JSON: the torn one was cut back
+    assert len(metric_lines(run_dir)) >= 1  # every line is whole JSON: the torn one was cut back
 
 
 def test_a_resumed_run_repairs_a_torn_last_metrics_line(finished_run: Path, tiny_data: Path, capsys) -> None:
@@ -366,12 +353,12 @@ def test_a_lock_that_is_a_folder_is_one_line(tiny_data: Path, tmp_path: Path, ca
 def test_a_long_word_does_not_stall_tokenizer_training(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     write_corpus(tmp_path / "train.txt", 300, seed=1)
     with open(tmp_path / "train.txt", "a") as handle:
-        handle.write("x" * 30_000 + "y" * 30_000 + "\n")  # unpatched: about 40 s on one core
+        handle.write("x" * 200_000 + "\n")  # unpatched: about 26 s for the trainer alone (6.5 s at 100 kB)
     options = set_options(tmp_path, tmp_path / "run", **{"data.validation": str(tmp_path / "train.txt")})
     started = time.perf_counter()
     code, lines = run_cli(capsys, "tokenize", *options)
     assert code == 0, lines
-    assert time.perf_counter() - started < 20
+    assert time.perf_counter() - started < 12  # on a shared machine; a few seconds alone
     assert any("longer than 100 characters" in line for line in lines), lines
 
 
