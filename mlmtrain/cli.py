@@ -66,12 +66,12 @@ def tokenize(
     ),
 ) -> None:
     """Train the WordPiece tokenizer on the train split and encode train and validation into the token store."""
-    from mlmtrain.tokens import tokenize_corpus
+    from mlmtrain.commands import run_tokenize_command
 
     cfg = _load(config, overrides)
     if tokenizer is not None:
         cfg.tokenizer.pretrained = tokenizer
-    tokenize_corpus(cfg)
+    run_tokenize_command(cfg)
 
 
 @app.command()
@@ -187,7 +187,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = _normalise_argv(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
-        app(args=args, prog_name="mlmtrain", standalone_mode=False)
+        code = app(args=args, prog_name="mlmtrain", standalone_mode=False)
+        if code == 130:  # Typer turns Ctrl-C (KeyboardInterrupt) into a returned 130 when standalone_mode is off
+            raise KeyboardInterrupt
     except UserError as error:
         if debug:
             raise

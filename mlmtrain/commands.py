@@ -159,6 +159,16 @@ def _table(report: dict[str, Any], source: str) -> str:
     return "\n".join(f"{name:<{width}}{value}" for name, value in rows)
 
 
+def run_tokenize_command(cfg: Any) -> Path:
+    """`mlmtrain tokenize`, holding train.run_dir's lock: a pretrain running there reads (and may rebuild) the
+    tokenizer and store under it, so two commands must not write them at once."""
+    from mlmtrain.guard import interrupt_on_sigterm, locked
+    from mlmtrain.tokens import tokenize_corpus
+
+    with locked(Path(cfg.train.run_dir)), interrupt_on_sigterm():
+        return tokenize_corpus(cfg)
+
+
 def _fill_mask_lines(text: Optional[str]) -> Iterator[str]:
     if text is not None:
         yield text

@@ -20,6 +20,7 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 from mlmtrain.config import TokenizerConfig
 from mlmtrain.errors import UserError
 from mlmtrain.files import replace_folder
+from mlmtrain.hub import hub_unreachable
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]  # the trainer gives them ids 0..4 in this order
@@ -259,12 +260,16 @@ def load_tokenizer(name_or_folder: Union[str, Path]) -> transformers.PreTrainedT
                 "run `mlmtrain tokenize` or pass another folder",
             )
         source = str(path)
+        unreachable = None
     else:
         source = name
+        unreachable = hub_unreachable()  # then only the local cache can serve it, without a minute of retries
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=unreachable is not None)
     except Exception as error:  # hub, network, json and tokenizers errors come in many types; all mean "cannot load"
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if unreachable:
+            first_line = f"the Hugging Face Hub is unreachable ({unreachable}) and it is not in the local cache"
         raise UserError("tokenizer", f"cannot load tokenizer {name}: {first_line}") from error
     if not getattr(tokenizer, "is_fast", False):
         raise UserError("tokenizer", f"tokenizer {name} is not a fast (Rust) tokenizer; use one with a tokenizer.json")

@@ -383,19 +383,19 @@ def test_tokenize_beside_a_running_pretrain_on_the_same_run_dir_refuses(
 
 @pytest.mark.slow
 def test_sigterm_while_pretrain_tokenizes_says_so(tmp_path: Path) -> None:
-    write_corpus(tmp_path / "train.txt", 20000, seed=1)
+    write_corpus(tmp_path / "train.txt", 100_000, seed=1)
     write_corpus(tmp_path / "valid.txt", 60, seed=2)
     run_dir = tmp_path / "run"
-    process = start_pretrain(tmp_path, run_dir, **{"tokenizer.vocab_size": 2000})
-    deadline = time.monotonic() + CHILD_TIMEOUT_S
-    while "tokenizer:" not in output(run_dir) and time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.01)  # wait for the first status line: the signal handlers are in place by then
-    time.sleep(0.2)
+    process = start_pretrain(tmp_path, run_dir)
+
+    def encoding() -> bool:
+        return any(p.name.startswith(".tokens.tmp-") for p in tmp_path.iterdir())
+
+    wait_for(encoding, process, run_dir)  # the store is being written
     process.send_signal(signal.SIGTERM)
-    code = finish(process, run_dir)
-    assert code == 130
-    assert "mlmtrain: interrupted" in output(run_dir), output(run_dir)
-    assert not [p for p in run_dir.iterdir() if ".tmp-" in p.name]
+    assert finish(process, run_dir) == 130, output(run_dir)
+    assert output(run_dir).strip().splitlines()[-1] == "mlmtrain: interrupted", output(run_dir)
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # the half-written store was removed
 
 
 def test_an_offline_hub_source_is_one_quick_line(tmp_path: Path) -> None:
