@@ -398,20 +398,36 @@ def test_sigterm_while_pretrain_tokenizes_says_so(tmp_path: Path) -> None:
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # the half-written store was removed
 
 
-def test_an_offline_hub_source_is_one_quick_line(tmp_path: Path) -> None:
-    config = tmp_path / "hub.yaml"
-    config.write_text(f"data:\n  train: hf:someone/corpus:train\ntrain:\n  run_dir: {tmp_path / 'run'}\n")
-    env = {**CHILD_ENV, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
-    env.pop("HF_HUB_OFFLINE", None)
-    env.pop("HF_DATASETS_OFFLINE", None)
+def run_offline(tmp_path: Path, *args: str, **env: str) -> tuple[float, list[str]]:
+    """`mlmtrain ARGS` in a process that cannot reach the Hub: (seconds, stderr lines); exit code 2 asserted."""
+    env = {**CHILD_ENV, "HF_HOME": str(tmp_path / "hf"), **env}
+    for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        env.setdefault(variable, "0")
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "mlmtrain", "tokenize", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=CHILD_TIMEOUT_S,
+        [sys.executable, "-m", "mlmtrain", *args], capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT_S
     )
     assert done.returncode == 2, done.stderr
-    assert_one_error_line(done.stderr.strip().splitlines(), "unreachable")
-    assert time.perf_counter() - started < 15
+    return time.perf_counter() - started, done.stderr.strip().splitlines()
+
+
+def test_an_unreachable_hub_source_is_one_quick_line(tmp_path: Path) -> None:
+    config = tmp_path / "hub.yaml"
+    config.write_text(f"data:\n  train: hf:someone/corpus:train\ntrain:\n  run_dir: {tmp_path / 'run'}\n")
+    seconds, lines = run_offline(tmp_path, "tokenize", "--config", str(config), HF_ENDPOINT="http://127.0.0.1:9")
+    assert_one_error_line(lines, "hf:someone/corpus:train", "unreachable")
+    assert seconds < 15
+
+
+def test_a_hub_tokenizer_in_offline_mode_is_one_line(tiny_data: Path, tmp_path: Path) -> None:
+    options = set_options(tiny_data, tmp_path / "run", **{"tokenizer.path": str(tmp_path / "tok")})
+    _, lines = run_offline(tmp_path, "tokenize", *options, "--tokenizer", "someone/tok", HF_HUB_OFFLINE="1")
+    assert_one_error_line(lines, "someone/tok", "unreachable", "HF_HUB_OFFLINE")
+
+
+def test_the_memory_estimate_counts_the_parameters_of_the_built_model() -> None:
+    from mlmtrain.config import ModelConfig
+    from mlmtrain.model import build_model, count_parameters, parameter_count
+
+    cfg = ModelConfig(hidden_size=48, num_layers=3, num_heads=4, intermediate_size=96, max_position_embeddings=64)
+    assert parameter_count(cfg, 203) == count_parameters(build_model(cfg, vocab_size=203, pad_id=0))
