@@ -22,6 +22,7 @@ import torch
 from safetensors import SafetensorError
 
 from mlmtrain.config import Config, save_config
+from mlmtrain.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.errors import UserError
 from mlmtrain.files import process_alive, write_failure
 from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
@@ -64,14 +65,6 @@ def _remove_leftovers(root: Path) -> None:
                 child.unlink(missing_ok=True)
 
 
-def _fsync_tree(folder: Path) -> None:
-    """Flush every file of a folder to disk before it is marked complete (a crash must not leave holes)."""
-    for path in folder.iterdir():
-        if path.is_file():
-            with open(path, "rb") as handle:
-                os.fsync(handle.fileno())
-
-
 def save_checkpoint(
     run_dir: Path,
     step: int,
@@ -95,12 +88,16 @@ def save_checkpoint(
     try:
         staging.mkdir()
         model.save_pretrained(str(staging), safe_serialization=True)
-        tokenizer.save_pretrained(str(staging))
+        # every model folder gets the tokenizer, a subfolder too (an ELECTRA generator), so each loads alone
+        model_folders = [*(c.parent for c in staging.glob("*/config.json")), staging]
+        for model_folder in model_folders:
+            tokenizer.save_pretrained(str(model_folder))
         save_config(cfg, staging)
         torch.save(state, staging / STATE_FILE)
         (staging / "checkpoint.json").write_text(json.dumps({"step": step, **(metrics or {})}, indent=1))
-        _fsync_tree(staging)
-        (staging / COMPLETE).write_text("ok\n")
+        for model_folder in model_folders:  # a subfolder first, then the folder that holds its entry
+            fsync_tree(model_folder)
+        write_marker(staging / COMPLETE)
         if final.exists():  # a step saved before (a resume from an older checkpoint): swap, never half-delete
             replaced = root / f".old-step-{step}-{os.getpid()}"
             final.rename(replaced)
@@ -108,6 +105,7 @@ def save_checkpoint(
             shutil.rmtree(replaced, ignore_errors=True)
         else:
             staging.rename(final)
+        fsync_dir(root)  # the rename itself must reach the disk, or a power loss could forget the checkpoint
     except (OSError, RuntimeError, SafetensorError) as error:  # torch.save and safetensors wrap I/O errors
         shutil.rmtree(staging, ignore_errors=True)
         previous = latest_checkpoint(run_dir)
@@ -203,11 +201,19 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def check_model_shape(folder: Path, cfg: Config) -> None:
-    """UserError unless the checkpoint's model has the sizes the config asks for."""
+    """UserError unless the checkpoint's model has the objective and the sizes the config asks for."""
     try:
         saved = json.loads((Path(folder) / "config.json").read_text())
     except (OSError, ValueError):
         raise UserError("checkpoint", f"{folder}/config.json is missing or damaged; resume from another one") from None
+    objectives = {"bert": "mlm", "electra": "electra"}  # the model type each objective saves
+    saved_objective = objectives.get(saved.get("model_type"), saved.get("model_type"))
+    if saved_objective != cfg.train.objective:
+        raise UserError(
+            "checkpoint",
+            f"{folder} was trained with train.objective {saved_objective}, the config says {cfg.train.objective}; "
+            f"resume with train.objective: {saved_objective}, or start afresh with --overwrite",
+        )
     expected = {
         "hidden_size": cfg.model.hidden_size,
         "num_hidden_layers": cfg.model.num_layers,
@@ -235,12 +241,22 @@ def load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: s
     """The checkpoint's model, after checking it belongs to this config and tokenizer."""
     from transformers import BertForMaskedLM
 
+    from mlmtrain.electra import GENERATOR_DIR, load_electra
+    from mlmtrain.masking import VocabInfo
+
     check_model_shape(folder, cfg)
-    saved_fingerprint = tokenizer_fingerprint(load_tokenizer(folder))
-    if saved_fingerprint != fingerprint:
+    tokenizer = load_tokenizer(folder)
+    if tokenizer_fingerprint(tokenizer) != fingerprint:
         raise UserError("checkpoint", other_tokenizer_message(folder, cfg))
+    if cfg.train.objective == "electra" and not (folder / GENERATOR_DIR / "config.json").is_file():
+        raise UserError("checkpoint", f"{folder} has no {GENERATOR_DIR}/config.json; resume from another checkpoint")
     try:
-        model = BertForMaskedLM.from_pretrained(str(folder), attn_implementation="sdpa")
+        if cfg.train.objective == "electra":
+            model = load_electra(folder, cfg, VocabInfo.from_tokenizer(tokenizer))
+        else:
+            model = BertForMaskedLM.from_pretrained(str(folder), attn_implementation="sdpa")
+    except UserError:
+        raise
     except Exception as error:  # truncated safetensors and friends
         raise UserError(
             "checkpoint",

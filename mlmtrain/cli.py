@@ -85,7 +85,8 @@ def pretrain(
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Start afresh in a run_dir that holds another run."),
 ) -> None:
-    """Pretrain a BertForMaskedLM with dynamic masking; writes checkpoints to run_dir/checkpoints."""
+    """Pretrain an encoder with dynamic masking (MLM, or ELECTRA with train.objective=electra); writes checkpoints
+    to run_dir/checkpoints."""
     cfg = _load(config, overrides)  # a bad config fails before the slow imports
     from mlmtrain.train import pretrain as run_pretrain
 
@@ -95,7 +96,10 @@ def pretrain(
 @app.command("eval-perplexity")
 def eval_perplexity(
     model: Path = typer.Option(
-        ..., "--model", "-m", help="Masked-LM folder (any BertForMaskedLM-compatible checkpoint)."
+        ...,
+        "--model",
+        "-m",
+        help="Masked-LM folder (any BertForMaskedLM-compatible checkpoint; of an ELECTRA run: its generator).",
     ),
     data: Optional[str] = typer.Option(
         None, "--data", "-d", help="Text source: a path, glob, 'builtin:python-docs' or 'hf:NAME[/CONFIG]:SPLIT'."
@@ -138,7 +142,7 @@ def eval_perplexity(
 
 @app.command("fill-mask")
 def fill_mask(
-    model: Path = typer.Option(..., "--model", "-m", help="Masked-LM folder."),
+    model: Path = typer.Option(..., "--model", "-m", help="Masked-LM folder (of an ELECTRA run: its generator)."),
     text: Optional[str] = typer.Argument(
         None, help="Text with [MASK] (or the model's mask token); default: lines from stdin."
     ),
@@ -149,6 +153,112 @@ def fill_mask(
     from mlmtrain.commands import run_fill_mask_command
 
     run_fill_mask_command(model=model, text=text, top_k=top_k, device=device)
+
+
+@app.command()
+def report(
+    run_dirs: list[Path] = typer.Argument(..., help="Run folders (train.run_dir); several are overlaid."),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="HTML file to write (default: RUN_DIR/report.html; ./report.html for several runs).",
+    ),
+    png: Optional[Path] = typer.Option(None, "--png", help="Also write each plot as a PNG into this folder."),
+    x: str = typer.Option("steps", "--x", help="x axis of the plots: steps, tokens or time."),
+    check: bool = typer.Option(
+        False, "--check", help="Print the health checks instead of writing a page; exit 1 when one fails."
+    ),
+    overrides: list[str] = typer.Option(
+        [], "--set", "-s", help="Change a health threshold, e.g. --set report.data_wait_share=0.2 (repeatable)."
+    ),
+) -> None:
+    """One self-contained HTML page per run (or several overlaid): curves, summary, config differences, health."""
+    from mlmtrain.report import check_runs, write_report
+
+    if check and out is None and png is None:
+        if check_runs(run_dirs, overrides):
+            raise typer.Exit(1)
+        return
+    written = write_report(run_dirs, out=out, axis=x, png_dir=png, overrides=overrides)
+    print(f"report: {written}", file=sys.stderr)
+    if check and check_runs(run_dirs, overrides):
+        raise typer.Exit(1)
+
+
+@app.command()
+def probe(
+    model: str = typer.Option(
+        ..., "--model", "-m", help="Encoder folder (e.g. RUN_DIR/checkpoints/latest) or hub name."
+    ),
+    task: Optional[str] = typer.Option(
+        None, "--task", "-t", help="Folder with train/valid/test .jsonl/.csv/.parquet files, or hf:NAME[/CONFIG]."
+    ),
+    train: Optional[str] = typer.Option(None, "--train", help="Training examples file (overrides the task folder's)."),
+    valid: Optional[str] = typer.Option(None, "--valid", help="Validation file; default: 10% of train held out."),
+    test: Optional[str] = typer.Option(None, "--test", help="Test file (overrides the task folder's)."),
+    mode: str = typer.Option("finetune", "--mode", help="finetune, or linear (a probe on frozen features)."),
+    text_field: str = typer.Option("text", "--text-field", help="Field holding the text."),
+    pair_field: Optional[str] = typer.Option(
+        None, "--pair-field", help="Field of a pair's second text (text_a/text_b are found on their own)."
+    ),
+    label_field: str = typer.Option(
+        "label", "--label-field", help="Field of the label: int/str classes, float: regression."
+    ),
+    epochs: int = typer.Option(3, "--epochs", help="Fine-tuning epochs (the best on valid is scored on test)."),
+    lr: float = typer.Option(
+        1e-4,
+        "--lr",
+        help="Fine-tuning peak learning rate (10% warm-up, linear decay); small models want more, e.g. 3e-4.",
+    ),
+    batch_size: int = typer.Option(32, "--batch-size", help="Examples per batch."),
+    max_length: int = typer.Option(128, "--max-length", help="Tokens per example; longer ones are cut."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the new head, dropout and batch order."),
+    max_train_examples: Optional[int] = typer.Option(
+        None, "--max-train-examples", help="Use this many train examples (a fixed sample): for quick looks."
+    ),
+    max_eval_examples: Optional[int] = typer.Option(
+        None, "--max-eval-examples", help="Use this many valid and test examples (a fixed sample)."
+    ),
+    pooling: str = typer.Option("mean", "--pooling", help="Linear mode: mean (over real tokens) or cls."),
+    baseline: bool = typer.Option(
+        False, "--baseline", help="Also score the same architecture untrained (random init), same settings."
+    ),
+    save: Optional[Path] = typer.Option(None, "--save", help="Keep the fine-tuned model here (a new HF folder)."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Judge an encoder by a labeled task: fine-tune it (or fit a linear probe) and score the test split."""
+    from mlmtrain.probe import ProbeSettings
+    from mlmtrain.probe_command import run_probe_command
+
+    settings = ProbeSettings(
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        max_length=max_length,
+        seed=seed,
+        pooling=pooling,
+        max_train_examples=max_train_examples,
+        max_eval_examples=max_eval_examples,
+        progress=True,
+    )
+    run_probe_command(
+        model=model,
+        task=task,
+        train=train,
+        valid=valid,
+        test=test,
+        mode=mode,
+        text_field=text_field,
+        pair_field=pair_field,
+        label_field=label_field,
+        settings=settings,
+        baseline=baseline,
+        save=save,
+        device=device,
+        as_json=as_json,
+    )
 
 
 @config_app.command("show")
@@ -190,6 +300,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         code = app(args=args, prog_name="mlmtrain", standalone_mode=False)
         if code == 130:  # Typer turns Ctrl-C (KeyboardInterrupt) into a returned 130 when standalone_mode is off
             raise KeyboardInterrupt
+        if isinstance(code, int) and code:  # click hands back typer.Exit(code) as a return value here
+            sys.exit(code)
     except UserError as error:
         if debug:
             raise

@@ -24,6 +24,8 @@ from mlmtrain.evaluate import (
     load_masked_lm,
     quiet_transformers,
 )
+from mlmtrain.masking import evaluation_masking
+from mlmtrain.precision import resolve_precision
 
 
 def _device(name: str) -> torch.device:
@@ -46,6 +48,17 @@ def _checkpoint_seq_len(folder: Path) -> Optional[int]:
         return None
     value = (read_yaml(saved).get("data") or {}).get("seq_len")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _masked_lm_folder(folder: Path) -> Path:
+    """`folder`, or the generator of an ELECTRA checkpoint folder (said in one line on stderr)."""
+    from mlmtrain.electra import generator_folder
+
+    generator = generator_folder(folder)
+    if generator is None:
+        return folder
+    print(f"{folder} is an ELECTRA checkpoint: using its generator {generator} as the masked LM", file=sys.stderr)
+    return generator
 
 
 def _positive(value: Optional[int], flag: str) -> None:
@@ -79,7 +92,8 @@ def run_eval_command(
     if max_tokens is not None and not pseudo:
         raise UserError("argument", "--max-tokens caps --pseudo; for masked-LM perplexity use --max-blocks")
     cfg = load_config(config, list(overrides))
-    folder = Path(model)
+    checkpoint = Path(model)
+    folder = _masked_lm_folder(checkpoint)
     check_checkpoint_folder(folder)  # before the slow parts, so a mistyped path fails at once
     if data is not None:
         corpus, source = open_corpus(data, cfg.data, key="--data"), data
@@ -87,7 +101,7 @@ def run_eval_command(
         corpus, source = corpus_splits(cfg.data)[1], f"the validation split of {config}"
     seq_len_from = "--seq-len"
     if seq_len is None:
-        seq_len, seq_len_from = _checkpoint_seq_len(folder), f"data.seq_len of {folder / 'mlmtrain.yaml'}"
+        seq_len, seq_len_from = _checkpoint_seq_len(checkpoint), f"data.seq_len of {checkpoint / 'mlmtrain.yaml'}"
     if seq_len is None:
         seq_len, seq_len_from = DEFAULT_SEQ_LEN, "the default --seq-len"
     if seq_len < 8:
@@ -102,18 +116,18 @@ def run_eval_command(
             f"pass --seq-len {positions} or less",
         )
     seed = cfg.masking.eval_seed if seed is None else seed
-    # bf16 autocast on GPUs that have it: the loss itself is still taken in float32 and summed in float64
-    use_bf16 = torch_device.type == "cuda" and torch.cuda.is_bf16_supported()
+    # autocast as `pretrain` picks it for train.precision auto (bf16 on GPUs and AMX CPUs): the loss itself is
+    # still taken in float32 and summed in float64
     result = evaluate_texts(
         mlm.to(torch_device),
         tokenizer,
         corpus,
         seq_len,
-        cfg.masking,
+        evaluation_masking(cfg.masking),  # the classic 15 % masks, whatever masking the config trains with
         seed,
         batch_size,
         torch_device,
-        torch.bfloat16 if use_bf16 else None,
+        resolve_precision("auto", torch_device).dtype,
         max_blocks=max_blocks,
         pseudo=pseudo,
         max_tokens=max_tokens,
@@ -152,6 +166,7 @@ def _table(report: dict[str, Any], source: str) -> str:
         ("scored tokens" if pseudo else "masked tokens", f"{report['masked_tokens']:,}"),
         ("loss", f"{report['loss']:.4f}"),
         ("pseudo-perplexity" if pseudo else "perplexity", f"{report['perplexity']:.4f}"),
+        ("accuracy", f"{report['accuracy']:.4f}"),
         ("95% interval", f"{low:.4f} to {high:.4f}" if math.isfinite(low) else "n/a (needs 2 blocks or more)"),
         ("seconds", f"{report['seconds']:.1f}"),
     ]
@@ -184,7 +199,7 @@ def run_fill_mask_command(model: Union[str, Path], text: Optional[str], top_k: i
 
     _positive(top_k, "--top-k")
     torch_device = _device(device)
-    mlm, tokenizer = load_masked_lm(model)
+    mlm, tokenizer = load_masked_lm(_masked_lm_folder(Path(model)))
     vocabulary = len(tokenizer)
     if top_k > vocabulary:
         raise UserError("argument", f"--top-k {top_k} is more than the model's {vocabulary} tokens; pass {vocabulary}")

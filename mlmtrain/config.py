@@ -29,6 +29,11 @@ def _f(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
 
+def _default(cls: type, name: str) -> Any:
+    """The declared default of one field of a section dataclass."""
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+
+
 def _check(ok: bool, key: str, message: str) -> None:
     if not ok:
         raise UserError("config", f"{key} {message}")
@@ -93,15 +98,27 @@ class MaskingConfig:
     random_replace: float = _f(0.1, "share of selected tokens replaced by a random ordinary token")
     whole_word: bool = _f(False, "select all WordPiece pieces of a word together")
     fixed_count: bool = _f(
-        False, "select exactly round(rate x maskable tokens) per block (static shapes) instead of a coin per token"
+        False,
+        "select exactly round(rate x maskable tokens) per block instead of a coin per token; with packing the inner "
+        "[SEP]s are not maskable, so the count varies a little between blocks (shapes are not fully static)",
     )
     eval_seed: int = _f(1234, "seed of the fixed evaluation masks")
+    eval_mlm_probability: float = _f(
+        0.15,
+        "share of ordinary tokens evaluations mask, 80/10/10 and a coin per token, whatever the training masking "
+        "above: perplexities stay comparable across recipes",
+    )
 
     def validate(self) -> None:
         _check(
             0.0 < self.mlm_probability < 1.0,
             "masking.mlm_probability",
             f"must be in (0, 1) (got {self.mlm_probability})",
+        )
+        _check(
+            0.0 < self.eval_mlm_probability < 1.0,
+            "masking.eval_mlm_probability",
+            f"must be in (0, 1) (got {self.eval_mlm_probability})",
         )
         _check(0.0 <= self.mask_replace <= 1.0, "masking.mask_replace", "must be in [0, 1]")
         _check(0.0 <= self.random_replace <= 1.0, "masking.random_replace", "must be in [0, 1]")
@@ -119,8 +136,11 @@ class ModelConfig:
     num_heads: int = _f(4, "attention heads; must divide hidden_size")
     intermediate_size: int = _f(1024, "width of the feed-forward layer")
     max_position_embeddings: int = _f(512, "longest sequence the model can take")
-    hidden_dropout: float = _f(0.1, "dropout on hidden states")
-    attention_dropout: float = _f(0.1, "dropout on attention probabilities")
+    dropout: Union[float, None] = _f(
+        None, "hidden and attention dropout in one key (0: none, as Cramming and ModernBERT train); null: the two below"
+    )
+    hidden_dropout: float = _f(0.1, "dropout on hidden states (model.dropout, when set, replaces it)")
+    attention_dropout: float = _f(0.1, "dropout on attention probabilities (model.dropout, when set, replaces it)")
     sparse_head: bool = _f(True, "run the MLM head on the selected positions only (same loss, less work)")
     pad_vocab_multiple: int = _f(1, "round the embedding rows up to a multiple of this (64 suits GPUs)")
 
@@ -139,8 +159,64 @@ class ModelConfig:
             "model.hidden_size",
             f"({self.hidden_size}) must be divisible by model.num_heads ({self.num_heads})",
         )
-        for name in ("hidden_dropout", "attention_dropout"):
-            _check(0.0 <= getattr(self, name) < 1.0, f"model.{name}", "must be in [0, 1)")
+        for name in ("dropout", "hidden_dropout", "attention_dropout"):
+            value = getattr(self, name)
+            _check(value is None or 0.0 <= value < 1.0, f"model.{name}", "must be in [0, 1)")
+        if self.dropout is not None:
+            # model.dropout replaces both; a specific key changed from its default as well would be silently lost
+            for name in ("hidden_dropout", "attention_dropout"):
+                value, default = getattr(self, name), _default(ModelConfig, name)
+                _check(
+                    value in (default, self.dropout),
+                    f"model.{name}",
+                    f"({value}) contradicts model.dropout ({self.dropout}); set one of them",
+                )
+
+    @property
+    def hidden_dropout_prob(self) -> float:
+        """The dropout on hidden states the model gets: model.dropout when set, else model.hidden_dropout."""
+        return self.hidden_dropout if self.dropout is None else self.dropout
+
+    @property
+    def attention_dropout_prob(self) -> float:
+        """The dropout on attention probabilities the model gets: model.dropout when set, else attention_dropout."""
+        return self.attention_dropout if self.dropout is None else self.dropout
+
+
+@dataclass
+class ElectraConfig:
+    generator_size: float = _f(
+        0.25,
+        "generator width as a share of the discriminator's (hidden size, heads, feed-forward); "
+        "ELECTRA found 1/4 to 1/2 best; at most 1",
+    )
+    generator_layers: Union[int, None] = _f(None, "generator transformer layers; null: as many as model.num_layers")
+    discriminator_weight: float = _f(50.0, "weight of the replaced-token loss against the generator's MLM loss")
+    temperature: float = _f(1.0, "sampling temperature of the generator's replacements")
+
+    def validate(self) -> None:
+        _check(
+            0.0 < self.generator_size <= 1.0,
+            "electra.generator_size",
+            f"must be in (0, 1]: the generator may not be larger than the discriminator (got {self.generator_size})",
+        )
+        if self.generator_layers is not None:
+            _check(
+                self.generator_layers >= 1, "electra.generator_layers", f"must be >= 1 (got {self.generator_layers})"
+            )
+        _check(self.discriminator_weight > 0, "electra.discriminator_weight", "must be > 0")
+        _check(self.temperature > 0, "electra.temperature", f"must be > 0 (got {self.temperature})")
+
+    def generator_shape(self, model: ModelConfig) -> dict[str, int]:
+        """Hidden size, heads, feed-forward width and layers of the generator: the discriminator's scaled by
+        `generator_size` (as the original ELECTRA code scales them), with at least one head."""
+        heads = max(1, round(model.num_heads * self.generator_size))
+        return {
+            "hidden_size": max(heads, round(model.hidden_size * self.generator_size)),
+            "num_heads": heads,
+            "intermediate_size": max(1, round(model.intermediate_size * self.generator_size)),
+            "num_layers": self.generator_layers or model.num_layers,
+        }
 
 
 @dataclass
@@ -151,7 +227,12 @@ class OptimConfig:
     beta2: float = _f(0.98, "AdamW beta2")
     eps: float = _f(1e-6, "AdamW epsilon")
     warmup_steps: int = _f(100, "steps of linear warm-up from 0 to lr")
-    schedule: Literal["linear", "cosine", "constant"] = _f("linear", "decay after warm-up")
+    schedule: Literal["linear", "cosine", "constant", "one-cycle"] = _f(
+        "linear",
+        "decay after warm-up; one-cycle: a triangle over the budget (up to lr at cycle_peak, then down; "
+        "warmup_steps unused), as Cramming trains",
+    )
+    cycle_peak: float = _f(0.5, "one-cycle: the share of the budget at which the learning rate peaks")
     min_lr_ratio: float = _f(0.0, "the schedule ends at lr x this")
     grad_clip: float = _f(1.0, "clip the global gradient norm to this; 0 disables clipping")
 
@@ -162,6 +243,7 @@ class OptimConfig:
         _check(self.eps > 0, "optim.eps", "must be > 0")
         _check(self.warmup_steps >= 0, "optim.warmup_steps", f"must be >= 0 (got {self.warmup_steps})")
         _check(0 <= self.min_lr_ratio <= 1, "optim.min_lr_ratio", "must be in [0, 1]")
+        _check(0 < self.cycle_peak < 1, "optim.cycle_peak", f"must be in (0, 1) (got {self.cycle_peak})")
         _check(self.grad_clip >= 0, "optim.grad_clip", "must be >= 0")
 
 
@@ -194,11 +276,14 @@ class TrainConfig:
         None, "save and stop once this many steps are done, as if interrupted (continue later with --resume)"
     )
     precision: Literal["auto", "bf16", "fp16", "fp32"] = _f(
-        "auto", "autocast precision; auto: bf16 on CUDA where supported, else fp32"
+        "auto", "autocast precision; auto: bf16 on CUDA where supported and on CPUs with AMX bf16 units, else fp32"
     )
     device: str = _f("auto", "auto, cpu, cuda or cuda:N")
     compile: bool = _f(False, "torch.compile the model")
     seed: int = _f(0, "seed of weights, data order and masks")
+    objective: Literal["mlm", "electra"] = _f(
+        "mlm", "mlm: masked language modeling; electra: replaced-token detection (settings in the electra section)"
+    )
     log_every: int = _f(10, "steps between metric lines in metrics.jsonl")
     eval_every: int = _f(500, "steps between validation evaluations; 0 disables")
     eval_max_blocks: int = _f(64, "validation blocks per evaluation during training")
@@ -256,6 +341,71 @@ class CheckpointConfig:
 
 
 @dataclass
+class ReportConfig:
+    html: bool = _f(True, "write RUN_DIR/report.html (plots and health checks) at each checkpoint; needs matplotlib")
+    data_wait_share: float = _f(0.10, "health: the loop may wait for the next batch at most this share of the time")
+    spike_factor: float = _f(
+        1.5, "health: a logged loss above this multiple of the median of the lines before it is a spike"
+    )
+    nonfinite_steps: int = _f(0, "health: most steps the run may skip for a non-finite loss")
+    divergence_factor: float = _f(1.3, "health: a final smoothed loss above this multiple of its minimum is divergence")
+    plateau_evals: int = _f(3, "health: evaluations without a new best validation loss that make a plateau")
+    plateau_lr_share: float = _f(0.5, "health: a plateau counts while lr is above this share of its peak")
+    overfit_epochs: float = _f(3.0, "health: passes over the training tokens before overfitting is looked for")
+    overfit_gap: float = _f(0.1, "health: growth of (validation - training loss) in nats that counts as overfitting")
+    unk_rate: float = _f(0.005, "health: largest acceptable share of [UNK] tokens in the validation split")
+    tokens_per_word: float = _f(2.0, "health: largest acceptable WordPiece tokens per whitespace word")
+    duplicate_share: float = _f(0.05, "health: largest acceptable share of exact duplicate training documents")
+    tokens_per_param: float = _f(20.0, "health: fewest training tokens per model parameter the run should plan for")
+    warmup_share: float = _f(0.5, "health: largest share of the run that optim.warmup_steps may take")
+
+    def validate(self) -> None:
+        for name in ("data_wait_share", "plateau_lr_share", "unk_rate", "duplicate_share", "warmup_share"):
+            _check(
+                0.0 <= getattr(self, name) <= 1.0, f"report.{name}", f"must be in [0, 1] (got {getattr(self, name)})"
+            )
+        for name in ("spike_factor", "divergence_factor", "tokens_per_word"):
+            _check(getattr(self, name) >= 1.0, f"report.{name}", f"must be >= 1 (got {getattr(self, name)})")
+        for name in ("overfit_epochs", "overfit_gap", "tokens_per_param"):
+            _check(getattr(self, name) >= 0.0, f"report.{name}", f"must be >= 0 (got {getattr(self, name)})")
+        _check(self.nonfinite_steps >= 0, "report.nonfinite_steps", f"must be >= 0 (got {self.nonfinite_steps})")
+        _check(self.plateau_evals >= 1, "report.plateau_evals", f"must be >= 1 (got {self.plateau_evals})")
+
+
+@dataclass
+class ProbeConfig:
+    task: Union[str, None] = _f(
+        None,
+        "labeled task probed during pretraining (rank 0): a folder of train/valid/test .jsonl/.csv/.parquet files "
+        "or hf:NAME[/CONFIG]; null: no live probe",
+    )
+    mode: Literal["linear", "finetune"] = _f(
+        "linear", "linear: logistic regression on frozen pooled features (seconds); finetune: a copy is fine-tuned"
+    )
+    every: int = _f(0, "steps between probes; 0: at each evaluation (train.eval_every) and at the end")
+    max_train_examples: Union[int, None] = _f(2000, "train examples the probe uses (a fixed sample); null: all")
+    max_eval_examples: Union[int, None] = _f(1000, "valid and test examples the probe uses (a fixed sample); null: all")
+    text_field: str = _f("text", "field holding the text (text_a/text_b are found on their own for pairs)")
+    pair_field: Union[str, None] = _f(None, "field holding the second text of a sentence-pair task")
+    label_field: str = _f("label", "field holding the label: int or string (classes) or float (regression)")
+    pooling: Literal["mean", "cls"] = _f("mean", "linear mode: mean of the last layer over real tokens, or [CLS]")
+    max_length: int = _f(128, "tokens per example, longer ones are cut")
+    epochs: int = _f(1, "finetune mode: epochs over the train examples")
+    lr: float = _f(1e-4, "finetune mode: peak learning rate")
+    batch_size: int = _f(32, "examples per batch")
+
+    def validate(self) -> None:
+        _check(self.every >= 0, "probe.every", f"must be >= 0 (got {self.every})")
+        for name in ("max_train_examples", "max_eval_examples"):
+            value = getattr(self, name)
+            _check(value is None or value >= 1, f"probe.{name}", f"must be >= 1 or null (got {value})")
+        for name in ("max_length", "epochs", "batch_size"):
+            _check(getattr(self, name) >= 1, f"probe.{name}", f"must be >= 1 (got {getattr(self, name)})")
+        _check(self.max_length >= 8, "probe.max_length", f"must be >= 8 (got {self.max_length})")
+        _check(self.lr > 0, "probe.lr", f"must be > 0 (got {self.lr})")
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
@@ -264,14 +414,36 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    electra: ElectraConfig = field(default_factory=ElectraConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
 
     def validate(self) -> None:
         for section in SECTIONS:
             getattr(self, section).validate()
+        if self.train.objective == "electra":
+            shape = self.electra.generator_shape(self.model)
+            _check(
+                shape["hidden_size"] % shape["num_heads"] == 0,
+                "electra.generator_size",
+                f"gives a generator of hidden size {shape['hidden_size']} and {shape['num_heads']} heads, which do "
+                "not divide; choose a share that keeps hidden size / heads whole (e.g. 0.25 or 0.5)",
+            )
         _check(
             self.data.seq_len <= self.model.max_position_embeddings,
             "data.seq_len",
             f"({self.data.seq_len}) must be <= model.max_position_embeddings ({self.model.max_position_embeddings})",
+        )
+        _check(
+            not (self.probe.task and self.probe.every == 0 and self.train.eval_every == 0),
+            "probe.every",
+            "is 0 (probe at each evaluation) but train.eval_every is 0 too: set probe.every to a number of steps",
+        )
+        _check(
+            not self.probe.task or self.probe.max_length <= self.model.max_position_embeddings,
+            "probe.max_length",
+            f"({self.probe.max_length}) must be <= model.max_position_embeddings "
+            f"({self.model.max_position_embeddings})",
         )
 
     @property
@@ -283,7 +455,10 @@ class Config:
         return Path(self.data.store) if self.data.store else Path(self.train.run_dir) / "tokens"
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        tree = dataclasses.asdict(self)
+        if self.train.objective != "electra":
+            del tree["electra"]  # an MLM run's saved config stays loadable: the section is ELECTRA-only
+        return tree
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -455,6 +630,13 @@ def config_from_dict(tree: dict[str, Any]) -> Config:
             raise UserError("config", f"unknown section '{name}'{_suggest(str(name), list(SECTIONS))}")
     hints = typing.get_type_hints(Config)
     config = Config(**{name: _build_section(name, hints[name], tree.get(name)) for name in SECTIONS})
+    electra_keys = sorted(tree.get("electra") or {})
+    if electra_keys and config.train.objective != "electra":
+        raise UserError(
+            "config",
+            f"electra.{electra_keys[0]} is set but train.objective is '{config.train.objective}'; "
+            "set train.objective: electra, or drop the electra section",
+        )
     config.validate()
     return config
 

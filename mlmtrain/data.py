@@ -179,13 +179,13 @@ class LiveMicroBatches(IterableDataset):
     def _blocks(self, shard: int, shards: int, epoch: int) -> Iterator[np.ndarray]:
         from mlmtrain.tokenizer import load_tokenizer
 
-        tokenizer = load_tokenizer(self.tokenizer_dir).backend_tokenizer
+        roles = load_tokenizer(self.tokenizer_dir)  # special tokens by role: [CLS]/[SEP], <s>/</s>, ...
+        cls_id, sep_id, tokenizer = roles.cls_token_id, roles.sep_token_id, roles.backend_tokenizer
         texts = self.corpus.iter_shard(shard, shards)
         encoded = (
             [e.ids for e in tokenizer.encode_batch(batch, add_special_tokens=False)]
             for batch in iter(lambda: list(itertools.islice(texts, 256)), [])
         )
-        cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
         buffer: list[np.ndarray] = []
         generator = torch.Generator().manual_seed(mix_seed(self.seed, epoch, shard))
         for block in pack_blocks(encoded, self.seq_len, cls_id, sep_id):

@@ -47,6 +47,7 @@ class EvalResult:
     perplexity: float
     tokens: int
     masked_tokens: int
+    accuracy: float  # top-1: share of masked tokens whose most likely prediction is the original
     ci95: tuple[float, float]
     seconds: float
     blocks: int
@@ -59,9 +60,10 @@ class EvalResult:
 
 def per_row_nll(
     mlm: Any, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: Optional[torch.Tensor]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(NLL sum, masked count) per row, float64. BERT-style models run their head on masked rows only."""
-    selected = labels != -100
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(NLL sum, masked count, correct top-1 count) per row; NLL in float64. BERT-style models run their head on
+    masked rows only."""
+    selected = labels != IGNORE_INDEX
     rows = selected.nonzero()[:, 0]
     if hasattr(mlm, "bert") and hasattr(mlm, "cls"):
         hidden = mlm.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
@@ -70,7 +72,9 @@ def per_row_nll(
         logits = mlm(input_ids=input_ids, attention_mask=attention_mask).logits[selected]
     nll = F.cross_entropy(logits.float(), labels[selected], reduction="none").double()
     sums = torch.zeros(len(input_ids), dtype=torch.float64, device=nll.device).index_add_(0, rows, nll)
-    return sums, selected.sum(dim=1)
+    hits = (logits.argmax(dim=-1) == labels[selected]).long()
+    correct = torch.zeros(len(input_ids), dtype=torch.long, device=nll.device).index_add_(0, rows, hits)
+    return sums, selected.sum(dim=1), correct
 
 
 def confidence_interval(block_nll: np.ndarray, block_counts: np.ndarray) -> tuple[float, float]:
@@ -93,12 +97,14 @@ class BlockScores:
 
     nll: list[np.ndarray] = field(default_factory=list)
     counts: list[np.ndarray] = field(default_factory=list)
+    correct: int = 0
     tokens: int = 0
     blocks: int = 0
 
-    def add(self, nll: np.ndarray, counts: np.ndarray, tokens: int) -> None:
+    def add(self, nll: np.ndarray, counts: np.ndarray, correct: int, tokens: int) -> None:
         self.nll.append(np.asarray(nll, dtype=np.float64))
         self.counts.append(np.asarray(counts, dtype=np.int64))
+        self.correct += correct
         self.tokens += tokens
         self.blocks += len(nll)
 
@@ -112,6 +118,7 @@ class BlockScores:
             perplexity=math.exp(loss) if masked else float("nan"),
             tokens=self.tokens,
             masked_tokens=masked,
+            accuracy=self.correct / masked if masked else float("nan"),
             ci95=confidence_interval(nll_all, counts_all),
             seconds=seconds,
             blocks=self.blocks,
@@ -155,10 +162,12 @@ def score_blocks(
             batch = collator([{"input_ids": blocks[i], "epoch": 0, "index": int(i)} for i in chunk])
             batch = {k: v.to(device) for k, v in batch.items()}
             with _autocast(device, autocast_dtype):
-                nll, counts = per_row_nll(mlm, batch["input_ids"], batch["labels"], batch.get("attention_mask"))
+                nll, counts, correct = per_row_nll(
+                    mlm, batch["input_ids"], batch["labels"], batch.get("attention_mask")
+                )
             mask = batch.get("attention_mask")
             tokens = int(mask.sum()) if mask is not None else batch["input_ids"].numel()
-            scores.add(nll.cpu().numpy(), counts.cpu().numpy(), tokens)
+            scores.add(nll.cpu().numpy(), counts.cpu().numpy(), int(correct.sum()), tokens)
             if progress is not None:
                 progress.update(len(chunk))
 
@@ -200,6 +209,7 @@ def score_pseudo(
     special = torch.tensor((vocab.mask_id, vocab.pad_id, *vocab.special_ids), device=device)
     positions = (~torch.isin(ids, special)).nonzero().squeeze(1)[:max_positions]
     total = torch.zeros((), dtype=torch.float64, device=device)
+    correct = 0
     with _eval_mode(mlm):
         for start in range(0, len(positions), batch_size):
             chunk = positions[start : start + batch_size]
@@ -209,9 +219,10 @@ def score_pseudo(
             labels = torch.full_like(copies, IGNORE_INDEX)
             labels[rows, chunk] = ids[chunk]
             with _autocast(device, autocast_dtype):
-                nll, _ = per_row_nll(mlm, copies, labels, None)
+                nll, _, hits = per_row_nll(mlm, copies, labels, None)
             total += nll.sum()
-    scores.add(np.array([total.item()]), np.array([len(positions)]), len(block))
+            correct += int(hits.sum())
+    scores.add(np.array([total.item()]), np.array([len(positions)]), correct, len(block))
     return len(positions)
 
 

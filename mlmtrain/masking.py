@@ -7,6 +7,7 @@ all see the same masks for the same block. No global RNG is touched.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +77,10 @@ class VocabInfo:
     def ordinary_ids(self) -> torch.Tensor:
         """int64 ids that are not special: the set random replacements are drawn from."""
         return self._ordinary
+
+    def is_special(self, ids: torch.Tensor) -> torch.Tensor:
+        """Bool, shaped like `ids`: which of them are special ([MASK] and [PAD] included)."""
+        return _lookup(self._special_table, ids)
 
 
 def _splitmix64(x: int) -> int:
@@ -171,7 +176,9 @@ def mask_tokens(
     start) is selected with probability `mlm_probability`. With `fixed_count`, k = round(mlm_probability
     x maskable tokens) per row, and units are taken in a random order until k tokens are selected:
     exactly k; with `whole_word`, words are never split, so the word that reaches k is taken whole and
-    the count is k up to k + (that word's length - 1), never fewer than k. Of the selected tokens, each
+    the count is k up to k + (that word's length - 1), never fewer than k. k is exact per row, not per batch:
+    in packed blocks the [SEP]s between documents are special, so rows with more documents have fewer
+    maskable tokens and a slightly smaller k. Of the selected tokens, each
     independently becomes [MASK] (`mask_replace`), a uniform random ordinary token (`random_replace`),
     or stays as it is.
     Labels are the original ids at selected positions, -100 elsewhere. A row, even a whole batch, may
@@ -216,6 +223,20 @@ def mask_tokens(
     masked = torch.where(to_mask, vocab.mask_id, torch.where(to_random, random_ids, ids))
     labels = torch.where(selected, ids, IGNORE_INDEX)
     return masked, labels
+
+
+def evaluation_masking(cfg: MaskingConfig) -> MaskingConfig:
+    """The masking of an evaluation: the classic BERT masks (Devlin et al. 2019: a coin per token, 80/10/10) at
+    `eval_mlm_probability` (15 %), whatever rate, fixed count or whole-word choice the training recipe uses, so
+    perplexities of models trained with other masking stay comparable."""
+    return dataclasses.replace(
+        cfg,
+        mlm_probability=cfg.eval_mlm_probability,
+        mask_replace=0.8,
+        random_replace=0.1,
+        whole_word=False,
+        fixed_count=False,
+    )
 
 
 def _as_int64(x: Any) -> torch.Tensor:

@@ -13,8 +13,7 @@ from transformers import BertConfig, BertForMaskedLM
 
 from mlmtrain.config import ModelConfig
 from mlmtrain.errors import UserError
-
-IGNORE_INDEX = -100  # label of positions that are not predicted (HF's CrossEntropyLoss convention)
+from mlmtrain.masking import IGNORE_INDEX
 
 
 def padded_vocab_size(vocab_size: int, multiple: int) -> int:
@@ -44,8 +43,8 @@ def build_model(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertForMasked
         num_attention_heads=cfg.num_heads,
         intermediate_size=cfg.intermediate_size,
         max_position_embeddings=cfg.max_position_embeddings,
-        hidden_dropout_prob=cfg.hidden_dropout,
-        attention_probs_dropout_prob=cfg.attention_dropout,
+        hidden_dropout_prob=cfg.hidden_dropout_prob,
+        attention_probs_dropout_prob=cfg.attention_dropout_prob,
         pad_token_id=pad_id,
         tie_word_embeddings=True,
         attn_implementation="sdpa",

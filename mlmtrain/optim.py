@@ -47,6 +47,25 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, device: torch.devi
     )
 
 
+def apply_optim_config(optimizer: torch.optim.Optimizer, cfg: OptimConfig) -> list[str]:
+    """Put the config's betas, eps and weight decay into an optimizer restored from a checkpoint, so that on resume
+    the config wins over the saved settings (the decay group is the first, as `parameter_groups` orders them).
+    Returns the settings that changed, as 'key: saved -> config' (the learning rate is set every step anyway)."""
+    changed = []
+    for index, group in enumerate(optimizer.param_groups):
+        wanted = {
+            "betas": (cfg.beta1, cfg.beta2),
+            "eps": cfg.eps,
+            "weight_decay": cfg.weight_decay if index == 0 else 0.0,
+        }
+        for key, value in wanted.items():
+            saved = tuple(group[key]) if key == "betas" else group[key]
+            if saved != value and index == 0:
+                changed.append(f"{key}: {saved} -> {value}")
+            group[key] = value
+    return changed
+
+
 def learning_rate(step: int, progress: float, cfg: OptimConfig, warmup_end_progress: float = 0.0) -> float:
     """The learning rate for optimizer step `step` (0-based: the number of steps already taken).
 
@@ -63,7 +82,15 @@ def learning_rate(step: int, progress: float, cfg: OptimConfig, warmup_end_progr
         linear:   lr * (1 - (1 - min_lr_ratio) * t)
         cosine:   lr * (min_lr_ratio + (1 - min_lr_ratio) * (1 + cos(pi * t)) / 2)
         constant: lr
+
+    one-cycle (Cramming's triangle) is measured in budget from the start, warm-up included, so it fits any budget
+    (steps, tokens or time) with no step count to tune: with p = progress and c = cycle_peak,
+
+        p <= c:   lr * max(p / c, min_lr_ratio)          (the first step, at p = 0, runs at lr * min_lr_ratio)
+        p >  c:   lr * (1 - (1 - min_lr_ratio) * (p - c) / (1 - c))
     """
+    if cfg.schedule == "one-cycle":
+        return _one_cycle(min(max(progress, 0.0), 1.0), cfg)
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / (cfg.warmup_steps + 1)
     if cfg.schedule == "constant":
@@ -85,3 +112,11 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Set `lr` on every parameter group (both groups share one schedule)."""
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+def _one_cycle(progress: float, cfg: OptimConfig) -> float:
+    """The triangle of `learning_rate`'s docstring: up to lr at cycle_peak, then down to lr * min_lr_ratio."""
+    if progress <= cfg.cycle_peak:
+        return cfg.lr * max(progress / cfg.cycle_peak, cfg.min_lr_ratio)
+    fall = (progress - cfg.cycle_peak) / (1.0 - cfg.cycle_peak)
+    return cfg.lr * (1.0 - (1.0 - cfg.min_lr_ratio) * fall)

@@ -273,8 +273,13 @@ def load_tokenizer(name_or_folder: Union[str, Path]) -> transformers.PreTrainedT
         raise UserError("tokenizer", f"cannot load tokenizer {name}: {first_line}") from error
     if not getattr(tokenizer, "is_fast", False):
         raise UserError("tokenizer", f"tokenizer {name} is not a fast (Rust) tokenizer; use one with a tokenizer.json")
-    if tokenizer.mask_token is None:
-        raise UserError("tokenizer", f"tokenizer {name} has no mask token, which MLM needs; use a BERT-style tokenizer")
+    roles = {"mask": "MLM masks with it", "pad": "unpacked blocks pad with it", "cls": "blocks open with it",
+             "sep": "it closes blocks and separates documents"}  # fmt: skip
+    missing = [f"{role} token ({why})" for role, why in roles.items() if getattr(tokenizer, f"{role}_token") is None]
+    if missing:
+        raise UserError(
+            "tokenizer", f"tokenizer {name} has no {', no '.join(missing)}; use a BERT- or RoBERTa-style tokenizer"
+        )
     # Some published tokenizer.json files switch on truncation (512) and batch padding. transformers resets both on
     # every call, but the token store and the live loader call the Rust backend directly, where they would cut long
     # documents and put [PAD] runs into the token stream.

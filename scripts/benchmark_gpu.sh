@@ -4,18 +4,18 @@
 # rounds), with the model FLOPs utilisation
 #     MFU = flops_per_token(sparse head) x tokens/s / 989e12   (H200 dense bf16 peak; --peak-tflops to change)
 #
-#   scripts/benchmark_gpu.sh                              # on the GPU machine
+#   scripts/benchmark_gpu.sh                              # on a CUDA machine
 #   scripts/benchmark_gpu.sh --batch 512 --set train.compile=true --set model.pad_vocab_multiple=64
 #   scripts/benchmark_gpu.sh --quick                      # the same path with a tiny model: runs on CPU too
 #
 # Options after these are scripts/benchmark.py's and override the defaults below (the last one wins); --set goes to
 # our side only. The HF side needs `datasets` and `accelerate`: benchmark.py stops with a clear message when one is
-# missing; docs/benchmarks.md says how to carry them to the GPU machine as wheels.
+# missing (pip install -e ".[bench]" installs them).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${PYTHON:-python3}"
-export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"  # mlmtrain from this checkout: the GPU machine lacks it installed
+export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"  # mlmtrain from this checkout, installed or not
 export PYTHONUNBUFFERED=1
 
 if [[ " $* " == *" --quick "* ]]; then

@@ -52,6 +52,7 @@ def tiny_overrides(root: Path, **extra: object) -> list[str]:
         "train.progress": False,
         "checkpoint.save_every": 5,
         "checkpoint.keep_last": 0,
+        "report.html": False,  # the page costs a second or two per checkpoint; its own tests turn it on
     }
     values.update(extra)
     return [f"{k}={'null' if v is None else v}" for k, v in values.items()]

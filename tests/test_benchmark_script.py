@@ -101,3 +101,121 @@ def test_gpu_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
     _run(["bash", str(REPO / "scripts" / "benchmark_gpu.sh"), "--quick", *work, "--sections", "limit", "--rounds", "1"])
     rounds = _report(out)["rounds"]
     assert rounds["ours_over_limit"] > 0 and "hf" not in rounds
+
+
+@pytest.mark.slow
+def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
+    """The issue-14 sections in one quick run: the race against the HF recipe given our schedule, bf16 against
+    fp32, and the recipes at equal wall time, each final model probed on the labeled task where ../shared has it."""
+    out = tmp_path / "results"
+    common = ["--quick", "--train", "builtin:python-docs", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    _run([sys.executable, str(SCRIPT), *common, "--sections", "tuned,precision,recipes", "--quality-budget", "6"])
+    report = _report(out)
+    tuned = report["tuned"]
+    assert tuned["ours"]["evals"] and tuned["hf"]["evals"]
+    assert tuned["target_ppl"] == min(point["eval_ppl"] for point in tuned["hf"]["evals"])
+    assert tuned["hf"]["seconds_to_target"] is not None
+    precision = report["precision"]
+    assert set(precision["tokens_per_s"]) == {"fp32", "bf16"} and precision["speedup"] > 0
+    assert precision["same_step"]["step"] == precision["steps"]  # the last step, evaluated on both
+    assert precision["same_step"]["bf16_ppl"] != precision["same_step"]["fp32_ppl"]  # two real runs
+    recipes = report["recipes"]
+    assert set(recipes["rows"]) == {"default", "fast", "hf"}
+    assert all(row["eval_ppl"] > 1 and row["steps"] > 0 for row in recipes["rows"].values())
+    assert recipes["fast_recipe"]["model.dropout"] == 0.0
+    assert (tmp_path / "work" / "runs" / "recipes-hf" / "checkpoints" / "final" / "config.json").is_file()
+    task_here = Path(bench_task()).is_dir()
+    for row in recipes["rows"].values():
+        assert (row["probe"] is not None) == task_here
+        assert row["probe"] is None or 0.0 <= row["probe"]["accuracy"] <= 1.0
+    figures = [v["figure"] for v in report["verdicts"]]
+    assert figures == [
+        "time to the tuned HF recipe's ppl: ours / HF",
+        "bf16 vs fp32 ppl at the same step: |ratio - 1|",
+        "bf16 / fp32 tokens/s",
+    ]
+    markdown = (out / next(out.glob("benchmark-*.md")).name).read_text()
+    assert "Recipes at equal wall time" in markdown and "bf16 against fp32" in markdown
+
+
+def test_mean_interval_over_seeds_uses_students_t(bench) -> None:
+    summary = bench.mean_interval([0.5, 0.6, 0.7])
+    assert summary["mean"] == pytest.approx(0.6)
+    half = 4.303 * 0.1 / 3**0.5  # t(0.975, 2 df) x sd / sqrt(n)
+    assert summary["ci95"] == pytest.approx([0.6 - half, 0.6 + half])
+    assert summary["half_width"] == pytest.approx(half)
+    assert bench.mean_interval([0.5])["ci95"] is None
+
+
+def test_the_electra_section_is_on_request_and_checks_its_task(bench, tmp_path: Path) -> None:
+    assert "electra" not in bench.parse_args(["--quick"]).sections.split(",")
+    with pytest.raises(bench.BenchmarkError, match="--probe-task"):
+        bench.check_args(bench.parse_args(["--quick", "--sections", "electra", "--probe-task", str(tmp_path / "no")]))
+
+
+@pytest.mark.slow
+def test_quick_electra_comparison(tmp_path: Path) -> None:
+    pytest.importorskip("mlmtrain.probe")
+    task = Path(__file__).resolve().parents[1].parent / "shared" / "tasks" / "wikipedia-vital-topics"
+    if not task.is_dir():
+        pytest.skip("the probe task is not available")
+    out = tmp_path / "results"
+    common = ["--quick", "--train", "builtin:python-docs", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    _run([sys.executable, str(SCRIPT), *common, "--sections", "electra", "--probe-task", str(task)])
+    report = _report(out)
+    rows = report["electra"]["rows"]
+    for name in ("untrained", "mlm", "electra"):
+        assert len(rows[name]["values"]) == 2 and 0.0 <= rows[name]["mean"] <= 1.0
+    for name in ("mlm", "electra"):
+        assert rows[name]["tokens_per_s"] > 0 and rows[name]["steps"] > 0
+        assert f"train.objective={name}" in rows[name]["command"]
+    assert [v["figure"] for v in report["verdicts"]] == ["electra - mlm test accuracy, equal time"]
+
+
+def _tiny_task(folder: Path) -> Path:
+    """Two classes that the words tell apart, a few dozen examples a split."""
+    import random
+
+    rng = random.Random(0)
+    for split, count in (("train", 80), ("valid", 24), ("test", 24)):
+        rows = []
+        for i in range(count):
+            words = ["function", "module", "class"] if i % 2 else ["string", "format", "print"]
+            text = " ".join(rng.choice(words + ["the", "a", "of"]) for _ in range(12))
+            rows.append(json.dumps({"text": text, "label": "code" if i % 2 else "text"}) + "\n")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{split}.jsonl").write_text("".join(rows))
+    return folder
+
+
+@pytest.mark.slow
+def test_quick_downstream(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    task = _tiny_task(tmp_path / "task")
+    common = ["--quick", "--train", "builtin:python-docs", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    _run([sys.executable, str(SCRIPT), *common, "--sections", "downstream", "--task", str(task)])
+    report = _report(out)
+    downstream = report["downstream"]
+    for name in ("ours", "hf", "untrained"):
+        score = downstream[name]["score"]
+        assert len(score["values"]) == 2 and 0 <= score["mean"] <= 1 and score["half_width"] >= 0
+    assert downstream["ours"]["pretrain_steps"] > 0 and downstream["hf"]["pretrain_steps"] > 0
+    assert "mlmtrain probe" in downstream["probe_command"]
+    assert [v["figure"] for v in report["verdicts"]] == [
+        "downstream: ours - untrained, beyond both intervals",
+        "downstream: ours / HF recipe at equal time",
+    ]
+    assert "## Downstream" in (out / Path(next(out.glob("*.md"))).name).read_text()
+
+
+def test_downstream_runs_only_when_asked_with_its_own_vocabulary(bench) -> None:
+    assert "downstream" not in bench.parse_args([]).sections
+    alone = bench.parse_args(["--sections", "downstream"])
+    assert alone.vocab_size == 8000 and alone.downstream_budget == 600 and alone.seeds >= 3
+    assert bench.parse_args(["--sections", "downstream,limit"]).vocab_size == 30522  # shared with the other sections
+    assert not bench.Verdict("beyond the intervals", 0.0, ">", 0.0).passed  # a tie is not a win
+
+
+def bench_task() -> str:
+    """The labeled task the benchmark probes by default (../shared; absent on a bare checkout)."""
+    return str(REPO.parent / "shared" / "tasks" / "wikipedia-vital-topics")

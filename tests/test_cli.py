@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-COMMANDS = [["tokenize"], ["pretrain"], ["eval-perplexity"], ["fill-mask"], ["config", "show"], ["config", "fields"]]
+COMMANDS = [
+    ["tokenize"],
+    ["pretrain"],
+    ["eval-perplexity"],
+    ["fill-mask"],
+    ["report"],
+    ["config", "show"],
+    ["config", "fields"],
+]
 
 
 def mlmtrain(*args: str, cwd: Path | None = None, input: str | None = None) -> subprocess.CompletedProcess:

@@ -122,6 +122,49 @@ def test_paused_and_resumed_two_process_run_equals_an_uninterrupted_one(tiny_dat
     assert all(torch.allclose(a[name], b[name], atol=1e-6) for name in a)
 
 
+LATE_RANK_SCRIPT = """
+import json, os, sys, time
+from pathlib import Path
+
+import mlmtrain.step
+import mlmtrain.train
+from mlmtrain.config import load_config
+
+rank = int(os.environ["RANK"])
+learning_rates = []
+set_learning_rate = mlmtrain.step.set_learning_rate
+
+
+def record(optimizer, lr):  # this process only: it exits when the run ends
+    learning_rates.append(lr)
+    set_learning_rate(optimizer, lr)
+
+
+mlmtrain.step.set_learning_rate = record
+if rank == 1:  # rank 1 enters the loop 1.5 s after rank 0: its own clock would read 1.5 s less all run long
+    run = mlmtrain.train.Loop.run
+    mlmtrain.train.Loop.run = lambda self: (time.sleep(1.5), run(self))[1]
+mlmtrain.train.pretrain(load_config(None, sys.argv[2:]))
+Path(sys.argv[1], f"lr-{rank}.json").write_text(json.dumps(learning_rates))
+"""
+
+
+@pytest.mark.slow
+def test_ranks_share_rank_0s_clock_for_max_time_and_the_schedule(tiny_data: Path, tmp_path) -> None:
+    script = tmp_path / "late_rank.py"
+    script.write_text(LATE_RANK_SCRIPT)
+    settings = {"train.max_steps": None, "train.max_time": "4s", "train.eval_every": 0, "checkpoint.save_every": 0}
+    overrides = tiny_overrides(tiny_data, **{"train.run_dir": tmp_path / "run", **settings, **NO_DROPOUT})
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MLMTRAIN_DIST_TIMEOUT": "60"}
+    done = subprocess.run([*command, str(tmp_path), *overrides], env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    rank0, rank1 = (json.loads((tmp_path / f"lr-{rank}.json").read_text()) for rank in (0, 1))
+    assert len(rank0) > 2
+    assert rank0 == rank1  # the same learning rate at every step, and the same last step
+    assert max(m["elapsed_s"] for m in train_lines(tmp_path / "run")) >= 4.0
+
+
 def worker_pids(torchrun_pid: int) -> dict[int, int]:
     """{rank: pid} of torchrun's worker processes (children of the torchrun process)."""
     children = []

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from unittest.mock import ANY
 
 import numpy as np
 import pytest
@@ -99,17 +100,20 @@ def test_perplexity_equals_hf_loss_with_labels_on_the_same_masks(tiny, docs):
     result = evaluate_texts(mlm, tokenizer, docs[1], 32, masking, seed=7, batch_size=3, device=CPU, max_blocks=100)
 
     collator = MaskingCollator(VocabInfo.from_tokenizer(tokenizer), masking, seed=7)
-    total, count = 0.0, 0
+    total, count, correct = 0.0, 0, 0
     with torch.no_grad():
         for index, block in enumerate(reference_blocks(tokenizer, docs[1], 32)[:100]):
             batch = collator([{"input_ids": block, "epoch": 0, "index": index}])
-            selected = int((batch["labels"] != -100).sum())
-            if selected:  # HF's loss is the mean over the block's masked tokens: weight it back by their count
-                total += mlm(input_ids=batch["input_ids"], labels=batch["labels"]).loss.item() * selected
-                count += selected
+            selected = batch["labels"] != -100
+            if selected.any():  # HF's loss is the mean over the block's masked tokens: weight it back by their count
+                output = mlm(input_ids=batch["input_ids"], labels=batch["labels"])
+                total += output.loss.item() * int(selected.sum())
+                count += int(selected.sum())
+                correct += int((output.logits.argmax(-1)[selected] == batch["labels"][selected]).sum())
     assert (result.blocks, result.tokens, result.masked_tokens) == (100, 100 * 32, count)
     assert result.perplexity == pytest.approx(math.exp(total / count), rel=1e-5)
     assert result.loss == pytest.approx(total / count, rel=1e-5)
+    assert result.accuracy == correct / count
     low, high = result.ci95
     assert low < result.perplexity < high
 
@@ -141,8 +145,11 @@ def test_same_seed_gives_the_same_number_and_the_seed_matters(tiny, capsys):
     assert {k: v for k, v in first.items() if k != "seconds"} == {k: v for k, v in second.items() if k != "seconds"}
     other = eval_json(capsys, folder, data=str(text), seed=99)
     assert other["perplexity"] != first["perplexity"]
-    denser = eval_json(capsys, folder, data=str(text), overrides=["masking.mlm_probability=0.4"])
+    denser = eval_json(capsys, folder, data=str(text), overrides=["masking.eval_mlm_probability=0.4"])
     assert denser["masked_tokens"] > 2 * first["masked_tokens"]
+    # the training masking of a config (rate, fixed count) leaves evaluation at the classic masks
+    recipe = ["masking.mlm_probability=0.4", "masking.fixed_count=true", "masking.mask_replace=0.9"]
+    assert eval_json(capsys, folder, data=str(text), overrides=recipe) == {**first, "seconds": ANY}
 
 
 def test_config_supplies_the_validation_text_and_masking(tiny, tmp_path, capsys):
@@ -180,7 +187,7 @@ def test_json_via_the_command_line_matches_the_library(tiny):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert {"perplexity", "loss", "tokens", "masked_tokens", "ci95", "seconds"} <= set(report)
+    assert {"perplexity", "loss", "accuracy", "tokens", "masked_tokens", "ci95", "seconds"} <= set(report)
     texts = text.read_text().splitlines()
     expected = evaluate_texts(mlm, tokenizer, texts, 32, MaskingConfig(), 1234, 4, CPU, max_blocks=20)
     assert report["perplexity"] == expected.perplexity  # to the last digit, in another process

@@ -14,7 +14,7 @@ from transformers import PreTrainedTokenizerFast
 
 from mlmtrain.config import MaskingConfig
 from mlmtrain.errors import UserError
-from mlmtrain.masking import MaskingCollator, VocabInfo, block_seed, mask_tokens
+from mlmtrain.masking import MaskingCollator, VocabInfo, block_seed, evaluation_masking, mask_tokens
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 SPECIALS = (PAD, UNK, CLS, SEP, MASK)
@@ -209,15 +209,16 @@ def test_whole_word_needs_continuation_table() -> None:
         mask_tokens(make_blocks(2, 16, seed=0, vocab=vocab), vocab, cfg(whole_word=True), [1, 2])
 
 
-def test_fixed_count_is_exact_and_spread_over_the_block() -> None:
+@pytest.mark.parametrize("rate", [0.15, 0.25, 0.4])
+def test_fixed_count_is_exact_and_spread_over_the_block(rate: float) -> None:
     rows, length = 1024, 128
     ids = make_blocks(rows, length, seed=10)
     attention_mask = right_padding(rows, length, seed=11)
-    _, labels = mask_tokens(ids, VOCAB, cfg(fixed_count=True), seeds_for(rows), attention_mask)
+    _, labels = mask_tokens(ids, VOCAB, cfg(fixed_count=True, mlm_probability=rate), seeds_for(rows), attention_mask)
     selected = labels != -100
     maskable = maskable_of(ids, attention_mask)
     assert not (selected & ~maskable).any()
-    expected = [round(0.15 * m) for m in maskable.sum(1).tolist()]
+    expected = [round(rate * m) for m in maskable.sum(1).tolist()]
     assert selected.sum(1).tolist() == expected
     # the chosen positions are not, say, the first k: the first half of each block gets its share
     first_half = maskable[:, : length // 2].sum() / maskable.sum()
@@ -409,3 +410,13 @@ def test_vocab_info_needs_a_mask_token(tokenizer: PreTrainedTokenizerFast) -> No
     )
     with pytest.raises(UserError, match="mask token"):
         VocabInfo.from_tokenizer(no_mask)
+
+
+def test_evaluation_masks_are_classic_whatever_the_training_recipe() -> None:
+    recipe = cfg(mlm_probability=0.4, fixed_count=True, whole_word=True, mask_replace=1.0, random_replace=0.0)
+    recipe = dataclasses.replace(recipe, eval_seed=99)
+    evaluation = evaluation_masking(recipe)
+    assert (evaluation.mlm_probability, evaluation.mask_replace, evaluation.random_replace) == (0.15, 0.8, 0.1)
+    assert not evaluation.fixed_count and not evaluation.whole_word
+    assert evaluation.eval_seed == 99
+    assert evaluation_masking(dataclasses.replace(recipe, eval_mlm_probability=0.3)).mlm_probability == 0.3

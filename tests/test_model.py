@@ -120,6 +120,37 @@ def test_decoder_is_tied_to_word_embedding(model):
     assert count_parameters(model) == untied - VOCAB * 32 - VOCAB
 
 
+@pytest.mark.parametrize(
+    ("keys", "hidden", "attention"),
+    [
+        ({}, 0.1, 0.1),  # the defaults
+        ({"hidden_dropout": 0.2, "attention_dropout": 0.3}, 0.2, 0.3),
+        ({"dropout": 0.0}, 0.0, 0.0),  # one key for both
+        ({"dropout": 0.05, "hidden_dropout": 0.05}, 0.05, 0.05),  # agreeing keys are fine
+    ],
+)
+def test_model_dropout_sets_both_rates(keys, hidden, attention):
+    config = build_model(ModelConfig(**{"hidden_size": 32, "num_heads": 2, **keys}), VOCAB, PAD).config
+    assert (config.hidden_dropout_prob, config.attention_probs_dropout_prob) == (hidden, attention)
+
+
+def test_model_dropout_and_a_contradicting_specific_key_are_refused():
+    with pytest.raises(UserError, match=r"model.attention_dropout \(0.3\) contradicts model.dropout"):
+        ModelConfig(dropout=0.0, attention_dropout=0.3).validate()
+
+
+@pytest.mark.parametrize(("dropout", "agree"), [(0.0, True), (0.1, False)])
+def test_dropout_zero_really_turns_dropout_off(dropout, agree):
+    """In train mode, two forward passes of one batch agree exactly without dropout and differ with it."""
+    torch.manual_seed(0)
+    mlm = build_model(tiny_config(dropout=dropout), VOCAB, PAD).train()
+    model = MaskedLM(mlm)
+    ids = torch.randint(5, VOCAB, (4, 16), generator=torch.Generator().manual_seed(1))
+    labels = torch.where(torch.arange(16) % 3 == 0, ids, -100)
+    first, second = model(ids, labels), model(ids, labels)
+    assert torch.equal(first, second) is agree
+
+
 def test_build_model_config():
     torch.manual_seed(0)
     model = build_model(tiny_config(pad_vocab_multiple=64, hidden_dropout=0.2, attention_dropout=0.3), VOCAB, 3)

@@ -155,3 +155,14 @@ def test_progress_is_any_budget_share():
 def test_no_warmup_starts_at_the_peak():
     cfg = OptimConfig(lr=2e-3, warmup_steps=0, schedule="cosine")
     assert learning_rate(0, 0.0, cfg) == pytest.approx(2e-3)
+
+
+def test_one_cycle_is_a_triangle_over_the_budget():
+    cfg = OptimConfig(lr=1.0, warmup_steps=100, schedule="one-cycle", cycle_peak=0.25)
+    # warmup_steps plays no part: the rise is measured in budget, whatever the budget counts
+    values = [learning_rate(step, progress, cfg) for step, progress in enumerate([0.0, 0.125, 0.25, 0.625, 1.0])]
+    assert values == pytest.approx([0.0, 0.5, 1.0, 0.5, 0.0])
+    floored = OptimConfig(lr=1.0, schedule="one-cycle", cycle_peak=0.5, min_lr_ratio=0.1)
+    assert learning_rate(0, 0.0, floored) == pytest.approx(0.1)
+    assert learning_rate(5, 0.75, floored) == pytest.approx(0.55)
+    assert learning_rate(9, 1.4, floored) == pytest.approx(0.1)  # clamped past the end

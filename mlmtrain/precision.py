@@ -1,0 +1,87 @@
+"""Which autocast dtype a run uses (`train.precision`), decided in one place for training, evaluation and the
+benchmark: bf16 on GPUs that support it and on CPUs with bf16 matrix units (Intel AMX), fp32 elsewhere.
+
+A CPU without native bf16 arithmetic emulates it (slower than fp32), so an explicit `bf16` there gets a warning.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+DTYPES: dict[str, Optional[torch.dtype]] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The resolved choice: `dtype` for torch.autocast (None: plain fp32), and why, for the start line."""
+
+    name: str  # "bf16", "fp16" or "fp32"
+    reason: str
+    warning: Optional[str] = None
+
+    @property
+    def dtype(self) -> Optional[torch.dtype]:
+        return DTYPES[self.name]
+
+    def describe(self) -> str:
+        return f"{self.name}, {self.reason}"
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux lists them in /proc/cpuinfo (empty elsewhere: then we know nothing)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):  # x86 says flags, ARM says Features
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def cpu_bf16_support(flags: Optional[frozenset[str]] = None, machine: Optional[str] = None) -> str:
+    """How this CPU does bf16 matrix products: 'amx' (AMX-BF16 tile units), 'native' (bf16 dot-product
+    instructions: AVX512-BF16 on x86, BF16 on ARM) or 'none' (torch emulates bf16, slower than fp32)."""
+    flags = cpu_flags() if flags is None else flags
+    machine = (platform.machine() if machine is None else machine).lower()
+    if "amx_bf16" in flags:
+        return "amx"
+    if "avx512_bf16" in flags or (machine in ("aarch64", "arm64") and "bf16" in flags):
+        return "native"
+    return "none"
+
+
+def resolve_precision(name: str, device: torch.device, cpu_support: Optional[str] = None) -> Precision:
+    """`train.precision` (auto, bf16, fp16, fp32) on `device` -> the dtype to autocast to, with the reason.
+
+    auto: bf16 on a CUDA device that supports it; on the CPU, bf16 only with AMX tile units, where a mini
+    training step measured faster in bf16 than in fp32 (with AVX512-BF16 alone the casts around each matrix
+    product cost more than the faster products save, so fp32 stays). `cpu_support` overrides the detection
+    (`cpu_bf16_support()`), for tests.
+    """
+    if name not in ("auto", *DTYPES):
+        raise ValueError(f"unknown precision {name!r}")  # config validation makes this unreachable
+    if device.type == "cuda":
+        if name == "auto":
+            if torch.cuda.is_bf16_supported():
+                return Precision("bf16", "auto: this GPU supports bf16")
+            return Precision("fp32", "auto: this GPU has no bf16")
+        return Precision(name, "train.precision")
+    support = cpu_bf16_support() if cpu_support is None else cpu_support
+    if name == "auto":
+        if support == "amx":
+            return Precision("bf16", "auto: this CPU has AMX bf16 matrix units")
+        return Precision("fp32", "auto: no AMX bf16 units on this CPU")
+    if name == "bf16" and support == "none":
+        return Precision(
+            "bf16",
+            "train.precision",
+            warning="warning: train.precision is bf16 but this CPU has no native bf16 arithmetic; torch emulates "
+            "it, which is slower than fp32 (set train.precision: auto or fp32)",
+        )
+    return Precision(name, "train.precision")

@@ -1,0 +1,241 @@
+"""A run folder as the report reads it: metrics.jsonl as series, the resolved config, checkpoints, the token
+store's figures and the model size.
+
+Imports no training code (no torch): a report can be made beside a live run, from a copy of its folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import yaml
+
+from mlmtrain.errors import UserError
+
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "infinity": math.inf, "-infinity": -math.inf}
+
+
+@dataclass
+class Series:
+    """One metric over a run: the step and token count of each logged value (values may be nan or inf)."""
+
+    step: np.ndarray
+    tokens: np.ndarray
+    value: np.ndarray
+
+    def finite(self) -> Series:
+        keep = np.isfinite(self.value)
+        return Series(self.step[keep], self.tokens[keep], self.value[keep])
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+
+@dataclass
+class Run:
+    """What one run folder holds, with what is missing said in `notes`."""
+
+    path: Path
+    name: str
+    series: dict[str, Series] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)  # the resolved mlmtrain.yaml, nested ({} when absent)
+    checkpoints: list[int] = field(default_factory=list)  # steps of the complete checkpoints
+    store: Optional[dict[str, Any]] = None  # the token store's meta.json
+    parameters: Optional[int] = None
+    notes: list[str] = field(default_factory=list)
+
+    def get(self, key: str) -> Optional[Series]:
+        found = self.series.get(key)
+        return found if found is not None and len(found) else None
+
+    def setting(self, section: str, key: str) -> Any:
+        values = self.config.get(section)
+        return values.get(key) if isinstance(values, dict) else None
+
+    def last_step(self) -> int:
+        return max((int(s.step[-1]) for s in self.series.values() if len(s)), default=0)
+
+    def last_tokens(self) -> int:
+        ends = [s.tokens[-1] for s in self.series.values() if len(s) and np.isfinite(s.tokens[-1])]
+        return int(max(ends, default=0))
+
+    def elapsed_at(self, steps: np.ndarray) -> Optional[np.ndarray]:
+        """Wall seconds at these steps, interpolated from the training lines (eval lines carry no time)."""
+        elapsed = self.get("elapsed_s")
+        if elapsed is None:
+            return None
+        elapsed = elapsed.finite()
+        return np.interp(steps, elapsed.step, elapsed.value) if len(elapsed) else None
+
+
+def _number(value: Any) -> Optional[float]:
+    """A metric value as a float: null and "nan"/"inf" strings are non-finite; anything else is not a number."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        return _NONFINITE.get(value.strip().lower())
+    return None
+
+
+def read_metrics(path: Path) -> tuple[dict[str, Series], list[str]]:
+    """Series per key from metrics.jsonl, and notes on lines that could not be read.
+
+    A resumed run appends lines again from its checkpoint's step: a key's later lines replace the ones
+    at the same or later steps, so each series keeps increasing steps and reflects the weights kept.
+    """
+    points: dict[str, list[tuple[int, float, float]]] = {}
+    notes: list[str] = []
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as error:
+        return {}, [f"cannot read {path.name}: {error.strerror or error}"]
+    numbered = [(i + 1, line) for i, line in enumerate(lines) if line.strip()]
+    unreadable = []
+    for position, (number, line) in enumerate(numbered):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        step = record.get("step") if isinstance(record, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool):
+            if position == len(numbered) - 1:  # a run killed mid-write leaves its last line cut
+                notes.append(f"the last line of {path.name} is incomplete (the run was stopped mid-write); ignored")
+            else:
+                unreadable.append(number)
+            continue
+        tokens = _number(record.get("tokens"))
+        tokens = math.nan if tokens is None else tokens
+        for key, raw in record.items():
+            value = _number(raw) if key not in ("step", "tokens") else None
+            if value is None:
+                continue
+            kept = points.setdefault(key, [])
+            while kept and kept[-1][0] >= step:
+                kept.pop()
+            kept.append((step, tokens, value))
+    if unreadable:
+        shown = ", ".join(str(n) for n in unreadable[:5]) + (" ..." if len(unreadable) > 5 else "")
+        notes.append(f"{len(unreadable)} unreadable line(s) in {path.name} skipped (line {shown})")
+    series = {
+        key: Series(
+            np.array([p[0] for p in rows], dtype=np.int64),
+            np.array([p[1] for p in rows], dtype=np.float64),
+            np.array([p[2] for p in rows], dtype=np.float64),
+        )
+        for key, rows in points.items()
+    }
+    return series, notes
+
+
+def complete_checkpoint_steps(run_dir: Path) -> list[int]:
+    """Steps of the checkpoints whose completion marker exists (the rule checkpoint.py writes by)."""
+    folder = run_dir / "checkpoints"
+    if not folder.is_dir():
+        return []
+    steps = []
+    for child in folder.iterdir():
+        match = _STEP_DIR.match(child.name)
+        if match and child.is_dir() and not child.is_symlink() and (child / "COMPLETE").exists():
+            steps.append(int(match.group(1)))
+    return sorted(steps)
+
+
+def safetensors_parameters(path: Path) -> Optional[int]:
+    """Parameter count from a safetensors header (8-byte length, then JSON shapes): no weights are read."""
+    try:
+        with open(path, "rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            if length > 100_000_000:
+                return None
+            header = json.loads(handle.read(length))
+    except (OSError, ValueError, struct.error):
+        return None
+    return sum(int(np.prod(entry["shape"])) for key, entry in header.items() if key != "__metadata__")
+
+
+def _store_meta(run_dir: Path, config: dict[str, Any]) -> Optional[dict[str, Any]]:
+    data = config.get("data") if isinstance(config.get("data"), dict) else {}
+    folder = Path(data["store"]) if data.get("store") else run_dir / "tokens"
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _read_config(path: Path, notes: list[str]) -> dict[str, Any]:
+    if not path.is_file():
+        notes.append("no mlmtrain.yaml: the configuration is unknown")
+        return {}
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        notes.append("mlmtrain.yaml is unreadable: the configuration is unknown")
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def load_run(path: Path, name: Optional[str] = None) -> Run:
+    """Read a run folder; UserError when the folder is missing or holds no run."""
+    path = Path(path)
+    if not path.is_dir():
+        raise UserError("report", f"{path} is not a folder; pass a run folder (a train.run_dir)")
+    metrics = path / "metrics.jsonl"
+    if not metrics.is_file() and not (path / "mlmtrain.yaml").is_file() and not (path / "checkpoints").is_dir():
+        raise UserError(
+            "report",
+            f"{path} is not a run folder (no metrics.jsonl, mlmtrain.yaml or checkpoints); "
+            "pass the train.run_dir of a pretrain run",
+        )
+    run = Run(path=path, name=name or path.name)
+    if metrics.is_file():
+        run.series, notes = read_metrics(metrics)
+        run.notes.extend(notes)
+        if not run.series:
+            run.notes.append("metrics.jsonl holds no metric lines yet")
+    else:
+        run.notes.append("no metrics.jsonl: the run has logged nothing yet")
+    run.config = _read_config(path / "mlmtrain.yaml", run.notes)
+    run.checkpoints = complete_checkpoint_steps(path)
+    if run.checkpoints:
+        run.parameters = safetensors_parameters(
+            path / "checkpoints" / f"step-{run.checkpoints[-1]}" / "model.safetensors"
+        )
+    run.store = _store_meta(path, run.config)
+    if not run.get("eval_loss"):
+        run.notes.append("no validation evaluation logged (train.eval_every: 0, or none reached yet)")
+    return run
+
+
+def load_runs(paths: list[Path]) -> list[Run]:
+    """Runs named by their folder; folders of the same name are told apart by their parent."""
+    names = [Path(p).resolve().name for p in paths]
+    runs = []
+    for path, name in zip(paths, names, strict=True):
+        if names.count(name) > 1:
+            name = "/".join(Path(path).resolve().parts[-2:])
+        runs.append(load_run(Path(path), name))
+    return runs
+
+
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"optim.lr": 5e-4, ...} from a nested config."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

@@ -1,0 +1,273 @@
+"""What one optimizer step needs and does: `build_parts` (model, optimizer, scaler, state and the micro-batch stream,
+fresh or from a checkpoint) and `train_step` (count the global batch's selected tokens, forward/backward each
+micro-batch with all-reduce on the last only, skip non-finite steps, clip, set the learning rate, step).
+
+`train.py` runs them in its loop; `scripts/benchmark.py` times the same two functions as the bare step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from mlmtrain import checkpoint as ckpt
+from mlmtrain.config import Config
+from mlmtrain.data import BatchLayout, LiveMicroBatches, MicroBatches, StoreBlocks, batch_layout, make_loader
+from mlmtrain.distributed import DistContext, all_reduce_sum
+from mlmtrain.errors import UserError
+from mlmtrain.masking import MaskingCollator, VocabInfo
+from mlmtrain.objective import Objective, build_trained, objective_of, step_module
+from mlmtrain.optim import apply_optim_config, build_optimizer, learning_rate, set_learning_rate
+from mlmtrain.precision import Precision, resolve_precision
+from mlmtrain.progress import say
+from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
+from mlmtrain.tokens import TokenStore
+
+
+@dataclass
+class TrainState:
+    """Everything besides weights and optimizer that a resumed run needs to continue exactly."""
+
+    step: int = 0
+    tokens: int = 0
+    micro_batches: int = 0  # the data position: micro-batches this rank has consumed
+    elapsed_s: float = 0.0
+    nonfinite_in_row: int = 0
+    nonfinite_total: int = 0
+    best_eval_loss: float = float("inf")
+    best_step: int = -1
+    warmup_end_progress: float = 0.0  # budget share used when warm-up ended: decay is measured from there
+
+
+@dataclass
+class Parts:
+    """What a run trains with: `build_parts` makes them, fresh or from a checkpoint; `train_step` uses them."""
+
+    cfg: Config
+    ctx: DistContext
+    mlm: Any  # what checkpoints save: the BertForMaskedLM, or ELECTRA's generator + discriminator
+    model: torch.nn.Module  # what a step calls (objective.step_module around mlm), compiled and/or wrapped in DDP
+    objective: Objective  # the loss parts a step's sums are divided into
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    precision: Precision
+    tokenizer: Any
+    vocab: VocabInfo
+    layout: BatchLayout
+    state: TrainState
+    batches: Iterator[dict[str, torch.Tensor]]  # micro-batches from the state's data position on
+    saved: dict[str, Any]  # the checkpoint's training state; empty for a fresh run
+
+    @property
+    def autocast_dtype(self) -> Optional[torch.dtype]:
+        return self.precision.dtype
+
+    def autocast(self) -> Any:
+        if self.autocast_dtype is None:
+            return nullcontext()
+        return torch.autocast(self.ctx.device.type, dtype=self.autocast_dtype)
+
+
+def build_parts(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = None) -> Parts:
+    """Model, optimizer, scaler, state and the micro-batch stream, fresh or restored from `resume_from`."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # transformers' own save/load bars would break our progress bar every checkpoint
+    device = ctx.device
+    tokenizer = load_tokenizer(cfg.tokenizer_dir)
+    vocab = VocabInfo.from_tokenizer(tokenizer)
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    layout = batch_layout(cfg.train.batch_size, cfg.train.micro_batch_size, ctx.world_size, ctx.rank)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # TF32 matmuls: free speed on Ampere+ at no cost to MLM quality
+        torch.backends.cudnn.allow_tf32 = True
+
+    # --- model, optimizer, state (fresh or from a checkpoint)
+    state, saved = TrainState(), {}
+    if resume_from is not None:
+        saved = ckpt.load_training_state(resume_from)
+        mlm = ckpt.load_resume_model(resume_from, cfg, len(tokenizer), fingerprint)
+        state = TrainState(**saved["train_state"])
+        # micro_batches counts this rank's micro-batches; another world size or micro-batch takes the same global
+        # batches in other bites, so carry the position over in whole global batches.
+        state.micro_batches = state.micro_batches // saved.get("accum_steps", layout.accum_steps) * layout.accum_steps
+    else:
+        torch.manual_seed(cfg.train.seed)  # identical initial weights on every rank
+        mlm = build_trained(cfg, vocab)
+    mlm.to(device).train()  # from_pretrained hands back a model in eval mode: dropout must be on again
+    model = step_module(cfg, mlm)
+    if cfg.train.compile:
+        model = torch.compile(model)
+    if ctx.distributed:
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    optimizer = build_optimizer(mlm, cfg.optim, device)
+    precision = resolve_precision(cfg.train.precision, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision.dtype == torch.float16)
+    if saved:
+        optimizer.load_state_dict(saved["optimizer"])
+        scaler.load_state_dict(saved["scaler"])
+        changed = apply_optim_config(optimizer, cfg.optim)  # the config's betas, eps, weight decay win on resume
+        if changed and ctx.is_main:
+            say(f"note: optimizer settings from the config replace the checkpoint's ({'; '.join(changed)})")
+
+    # --- data: the loader starts at the state's position; starting it draws from the global RNG, so the RNG is
+    #     seeded (fresh) or restored (resume) only afterwards
+    loader = make_loader(
+        _micro_batches(cfg, tokenizer, vocab, layout, state, fingerprint),
+        cfg.data.num_workers,
+        pin_memory=device.type == "cuda",
+    )
+    batches = iter(loader)
+    if saved and ctx.rank < len(saved["rng"]):
+        ckpt.set_rng_state(saved["rng"][ctx.rank])  # each rank its own: dropout continues as if never stopped
+    else:  # a fresh run, or a rank the saved run did not have
+        torch.manual_seed(cfg.train.seed + ctx.rank)  # dropout differs across ranks, reproducibly
+    return Parts(
+        cfg,
+        ctx,
+        mlm,
+        model,
+        objective_of(cfg, vocab),
+        optimizer,
+        scaler,
+        precision,
+        tokenizer,
+        vocab,
+        layout,
+        state,
+        batches,
+        saved,
+    )
+
+
+def _micro_batches(
+    cfg: Config, tokenizer: Any, vocab: VocabInfo, layout: BatchLayout, state: TrainState, fingerprint: str
+) -> Any:
+    """The dataset of this rank's masked micro-batches: from the token store, or tokenized live."""
+    collator = MaskingCollator(vocab, cfg.masking, seed=cfg.train.seed)
+    if not cfg.data.use_store:
+        from mlmtrain.corpus import corpus_splits
+
+        return LiveMicroBatches(
+            corpus_splits(cfg.data)[0],
+            cfg.tokenizer_dir,
+            collator,
+            layout,
+            cfg.data.seq_len,
+            cfg.train.seed,
+            cfg.data.shuffle_buffer,
+            cfg.data.num_workers,
+            start=state.micro_batches,
+        )
+    store = TokenStore(cfg.store_dir, "train")
+    if store.tokenizer_fingerprint != fingerprint:
+        raise UserError(
+            "data",
+            f"token store {cfg.store_dir} was encoded with another tokenizer than "
+            f"{cfg.tokenizer_dir}; run `mlmtrain tokenize` again",
+        )
+    blocks = StoreBlocks(store, cfg.data.seq_len, cfg.data.packing, tokenizer.cls_token_id, tokenizer.sep_token_id)
+    return MicroBatches(blocks, collator, layout, cfg.train.seed, start=state.micro_batches)
+
+
+def budget_progress(cfg: Config, state: TrainState) -> float:
+    """Share of the budget used: the largest of steps, tokens and wall time (whichever are set)."""
+    t = cfg.train
+    parts = [0.0]
+    if t.max_steps:
+        parts.append(state.step / t.max_steps)
+    if t.max_tokens:
+        parts.append(state.tokens / t.max_tokens)
+    if t.max_time_seconds:
+        parts.append(state.elapsed_s / t.max_time_seconds)
+    return max(parts)
+
+
+@dataclass
+class StepResult:
+    loss: float  # mean over every selected token of the global batch (nan when skipped)
+    lr: float
+    grad_norm: float
+    tokens: int  # tokens of the global batch
+    skipped: bool  # non-finite loss or no selected token: no update was made
+    stop_requested: bool  # some rank was asked to stop (a signal): all ranks stop after this step
+    parts: dict[str, float]  # each loss part's mean when the objective has several (ELECTRA), else empty
+
+
+def train_step(
+    parts: Parts, micro: list[dict[str, torch.Tensor]], clock: Callable[[], float], stop: bool = False
+) -> StepResult:
+    """One optimizer step over this rank's micro-batches of the step; every rank calls it with its own share.
+
+    `clock()` is the run's elapsed seconds. Only rank 0's reading counts: it travels in the loss all-reduce, so
+    every rank sees the same elapsed time and so agrees on the budget and the learning rate.
+    """
+    cfg, ctx, state, objective = parts.cfg, parts.ctx, parts.state, parts.objective
+    # 1. Count the selected tokens (ELECTRA: and the scored ones) of the whole global batch (all ranks, all
+    #    micro-steps): each loss part is normalised by its count.
+    local = torch.tensor(
+        [
+            *(sum(counted) for counted in zip(*(objective.counts(b) for b in micro), strict=True)),
+            sum(_count_tokens(b) for b in micro),
+            float(stop),
+        ],
+        dtype=torch.float64,
+    )
+    *counts, tokens, stop_votes = all_reduce_sum(ctx, local).tolist()
+    selected = counts[0]
+    state.micro_batches += len(micro)
+
+    # 2. Forward/backward per micro-batch; DDP all-reduces gradients on the last one only.
+    loss_sums = torch.zeros(len(counts), dtype=torch.float64, device=ctx.device)
+    for i, batch in enumerate(micro):
+        batch = {k: v.to(ctx.device, non_blocking=True) for k, v in batch.items()}
+        last = i == len(micro) - 1
+        with nullcontext() if last or not ctx.distributed else parts.model.no_sync():
+            with parts.autocast():
+                sums = parts.model(**batch)
+            # sums over positions: dividing by the global counts gives the mean over every counted position;
+            # DDP averages gradients over ranks, so multiply back by the world size.
+            parts.scaler.scale(objective.loss(sums, counts) * ctx.world_size).backward()
+        loss_sums += sums.detach().double().reshape(-1)
+    elapsed = clock() if ctx.is_main else 0.0
+    reduced = all_reduce_sum(
+        ctx, torch.cat([loss_sums, torch.tensor([elapsed], dtype=torch.float64, device=ctx.device)])
+    )
+    loss, state.elapsed_s = float(objective.loss(reduced[:-1], counts)), float(reduced[-1])
+    loss_parts = objective.parts(reduced[:-1], counts)
+
+    # 3. A non-finite loss (or an empty selection) skips the step; all ranks agree: the loss was reduced over all.
+    if not math.isfinite(loss) or selected == 0:
+        parts.optimizer.zero_grad(set_to_none=True)
+        state.nonfinite_in_row += 1
+        state.nonfinite_total += 1
+        return StepResult(loss, float("nan"), float("nan"), int(tokens), True, stop_votes > 0, loss_parts)
+    state.nonfinite_in_row = 0
+
+    # 4. Clip, set the learning rate for this step, step.
+    parts.scaler.unscale_(parts.optimizer)
+    clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(parts.mlm.parameters(), clip))
+    if state.step == cfg.optim.warmup_steps:
+        state.warmup_end_progress = budget_progress(cfg, state)
+    lr = learning_rate(state.step, budget_progress(cfg, state), cfg.optim, state.warmup_end_progress)
+    set_learning_rate(parts.optimizer, lr)
+    parts.scaler.step(parts.optimizer)
+    parts.scaler.update()
+    parts.optimizer.zero_grad(set_to_none=True)
+    state.step += 1
+    state.tokens += int(tokens)
+    return StepResult(loss, lr, grad_norm, int(tokens), False, stop_votes > 0, loss_parts)
+
+
+def _count_tokens(batch: dict[str, torch.Tensor]) -> int:
+    mask = batch.get("attention_mask")
+    return int(mask.sum()) if mask is not None else batch["input_ids"].numel()

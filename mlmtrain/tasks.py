@@ -1,0 +1,296 @@
+"""Labeled text tasks for the downstream probe: a folder of train/valid/test files (.jsonl .csv .parquet),
+explicit files, or a datasets hub name (`hf:NAME[/CONFIG]`), read whole into typed splits. Integer or string labels
+make a classification task, float labels a regression one; every label of valid and test is checked against train.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from mlmtrain.errors import UserError
+from mlmtrain.evaluate import first_line
+
+TASK_SUFFIXES = (".jsonl", ".csv", ".parquet")
+SPLIT_NAMES = {"train": ("train",), "valid": ("valid", "validation", "dev"), "test": ("test",)}
+SUBSET_SEED = 0  # example caps keep the same examples whatever --seed says: seeds vary training, not data
+_INT = re.compile(r"^[+-]?\d+$")
+_FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
+
+
+@dataclass
+class TaskFields:
+    """Which record fields hold the text, the optional second text of a pair, and the label."""
+
+    text: str = "text"
+    pair: Optional[str] = None
+    label: str = "label"
+
+
+@dataclass
+class Split:
+    texts: list[str]
+    pairs: Optional[list[str]]
+    labels: list[Any]
+    source: str
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def subset(self, count: Optional[int]) -> Split:
+        """`count` examples drawn with a fixed seed (all of them when count is None or not smaller)."""
+        if count is None or count >= len(self):
+            return self
+        keep = sorted(random.Random(SUBSET_SEED).sample(range(len(self)), count))
+        pairs = [self.pairs[i] for i in keep] if self.pairs is not None else None
+        return Split([self.texts[i] for i in keep], pairs, [self.labels[i] for i in keep], self.source)
+
+
+@dataclass
+class Task:
+    name: str
+    train: Split
+    valid: Split
+    test: Split
+    regression: bool
+    classes: list[Any]  # sorted class labels (classification); empty for regression
+    fields: TaskFields
+
+    def targets(self, split: Split) -> torch.Tensor:
+        """Class ids (long) or float targets of a split."""
+        if self.regression:
+            return torch.tensor([float(label) for label in split.labels], dtype=torch.float32)
+        index = {label: i for i, label in enumerate(self.classes)}
+        return torch.tensor([index[label] for label in split.labels], dtype=torch.long)
+
+    @property
+    def majority_class(self) -> Any:
+        return Counter(self.train.labels).most_common(1)[0][0] if not self.regression else None
+
+
+def _task_error(message: str) -> UserError:
+    return UserError("task", message)
+
+
+def _csv_value(value: Optional[str]) -> Any:
+    """CSV holds only text: numbers are read back as int or float so labels have their real type."""
+    if value is None:
+        return None
+    if _INT.match(value.strip()):
+        return int(value)
+    if _FLOAT.match(value.strip()):
+        return float(value)
+    return value
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Every record of a .jsonl, .csv or .parquet file (labeled tasks are small: they are read whole)."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".jsonl":
+            records = []
+            with open(path, encoding="utf-8-sig") as handle:
+                for number, line in enumerate(handle, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError as error:
+                        raise _task_error(f"{path}:{number}: not valid JSON ({error.msg}); fix that line") from None
+                    if not isinstance(record, dict):
+                        raise _task_error(f"{path}:{number}: expected a JSON object, found {type(record).__name__}")
+                    records.append(record)
+            return records
+        if suffix == ".csv":
+            with open(path, encoding="utf-8-sig", newline="") as handle:
+                return [{k: _csv_value(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path).to_pylist()
+    except (OSError, UnicodeDecodeError, csv.Error, ValueError) as error:  # ArrowInvalid is a ValueError
+        raise _task_error(f"cannot read {path}: {first_line(error)}; check the file") from None
+    raise _task_error(f"{path} has an unsupported extension; use one of {', '.join(TASK_SUFFIXES)}")
+
+
+def _field_fix(name: str) -> str:
+    return {"text": "--text-field", "pair": "--pair-field", "label": "--label-field"}[name]
+
+
+def _split_from_records(records: Sequence[dict[str, Any]], fields: TaskFields, source: str) -> Split:
+    """A Split from records; a UserError naming the record, the field and the option that fixes it."""
+    texts, pairs, labels = [], [] if fields.pair else None, []
+    for number, record in enumerate(records, 1):
+        where = f"{source} record {number}"
+        for role in ("text", "pair", "label"):
+            name = getattr(fields, role)
+            if name is not None and name not in record:
+                known = ", ".join(map(str, record)) or "none"
+                raise _task_error(f"{where} has no field '{name}' (fields: {known}); pass {_field_fix(role)} NAME")
+        for role in ("text", "pair"):
+            name = getattr(fields, role)
+            if name is not None and not isinstance(record[name], str):
+                raise _task_error(
+                    f"{where}: field '{name}' holds {type(record[name]).__name__}, not text; pass {_field_fix(role)}"
+                )
+        label = record[fields.label]
+        if label is None or isinstance(label, (list, dict)):
+            raise _task_error(f"{where} has no usable label in '{fields.label}' (got {label!r}); fix or remove it")
+        texts.append(record[fields.text])
+        if pairs is not None:
+            pairs.append(record[fields.pair])
+        labels.append(int(label) if isinstance(label, bool) else label)
+    return Split(texts, pairs, labels, source)
+
+
+def _resolve_fields(first: dict[str, Any], fields: TaskFields) -> TaskFields:
+    """GLUE-style pairs: with the default text field absent and text_a / text_b present, use those two."""
+    if fields.text == "text" and fields.pair is None and "text" not in first and {"text_a", "text_b"} <= set(first):
+        return TaskFields("text_a", "text_b", fields.label)
+    return fields
+
+
+def _split_file(folder: Path, split: str) -> Path:
+    found = [
+        folder / f"{name}{suffix}"
+        for name in SPLIT_NAMES[split]
+        for suffix in TASK_SUFFIXES
+        if (folder / f"{name}{suffix}").is_file()
+    ]
+    if not found:
+        wanted = " or ".join(f"{name}.jsonl/.csv/.parquet" for name in SPLIT_NAMES[split])
+        raise _task_error(f"{folder} has no {split} file ({wanted}); add it or pass --{split} FILE")
+    if len(found) > 1:
+        raise _task_error(f"{folder} has {len(found)} {split} files ({', '.join(p.name for p in found)}); keep one")
+    return found[0]
+
+
+def _held_out(split: Split, share: float) -> tuple[Split, Split]:
+    """(rest, held out): a fixed-seed share of a split, for a task given without a validation split."""
+    order = list(range(len(split)))
+    random.Random(SUBSET_SEED).shuffle(order)
+    cut = max(1, round(len(order) * share))
+    held, rest = sorted(order[:cut]), sorted(order[cut:])
+
+    def pick(indices: list[int], source: str) -> Split:
+        pairs = [split.pairs[i] for i in indices] if split.pairs is not None else None
+        return Split([split.texts[i] for i in indices], pairs, [split.labels[i] for i in indices], source)
+
+    return pick(rest, split.source), pick(held, f"{len(held)} examples held out of {split.source}")
+
+
+def _hub_records(spec: str) -> dict[str, tuple[list[dict[str, Any]], str]]:
+    """{split: (records, source)} of `hf:NAME[/CONFIG]` (three parts read as ORG/NAME/CONFIG), loaded whole."""
+    parts = spec.removeprefix("hf:").split("/")
+    if not all(parts) or len(parts) > 3:
+        raise _task_error(f"--task {spec!r} must look like hf:NAME, hf:NAME/CONFIG or hf:ORG/NAME/CONFIG")
+    name, config = ("/".join(parts[:2]), parts[2]) if len(parts) == 3 else (parts[0], parts[1] if parts[1:] else None)
+    import datasets
+
+    try:
+        loaded = datasets.load_dataset(name, config)
+    except Exception as error:  # not found, offline, gated: many types, one meaning for the user
+        raise _task_error(f"cannot load hub dataset {spec}: {first_line(error)}") from error
+    out = {}
+    for split, names in SPLIT_NAMES.items():
+        for hub_name in names:
+            if hub_name in loaded:
+                out[split] = (list(loaded[hub_name]), f"{spec}:{hub_name}")
+                break
+    return out
+
+
+def load_task(
+    task: Optional[str],
+    fields: TaskFields,
+    train: Optional[str] = None,
+    valid: Optional[str] = None,
+    test: Optional[str] = None,
+) -> Task:
+    """A labeled task from a folder, explicit files (--train/--valid/--test override the folder's), or the hub.
+
+    Without a validation split, 10 % of train (fixed seed) is held out for choosing the epoch or the penalty.
+    A hub test split without labels (GLUE's are -1) is replaced by the validation split, valid then held out.
+    """
+    records: dict[str, tuple[list[dict[str, Any]], str]] = {}
+    if task is not None and task.startswith("hf:"):
+        records = _hub_records(task)
+        test_labels = [r.get(fields.label) for r in records.get("test", ([], ""))[0]]
+        if "test" in records and test_labels and all(label == -1 for label in test_labels):
+            records["test"] = records.pop("valid") if "valid" in records else records.pop("test")
+    elif task is not None:
+        folder = Path(task)
+        if not folder.is_dir():
+            what = "is a file" if folder.exists() else "does not exist"
+            raise _task_error(f"{folder} {what}; pass a folder holding train/valid/test files (or hf:NAME)")
+        explicit = {"train": train, "valid": valid, "test": test}
+        for split in SPLIT_NAMES:
+            if explicit[split] is None and (split != "valid" or _has_split(folder, "valid")):
+                path = _split_file(folder, split)
+                records[split] = (read_records(path), str(path))
+    for split, path in (("train", train), ("valid", valid), ("test", test)):
+        if path is not None:
+            if not Path(path).is_file():
+                raise _task_error(f"--{split} {path} does not exist; pass an existing .jsonl, .csv or .parquet file")
+            records[split] = (read_records(Path(path)), path)
+    for split in ("train", "test"):
+        if split not in records:
+            raise _task_error(f"no {split} split: pass --task FOLDER_OR_HF_NAME or --{split} FILE")
+    for split, (rows, source) in records.items():
+        if not rows:
+            raise _task_error(f"the {split} split ({source}) holds no examples; add labeled examples to it")
+    fields = _resolve_fields(records["train"][0][0], fields)
+    splits = {split: _split_from_records(rows, fields, source) for split, (rows, source) in records.items()}
+    if "valid" not in splits:
+        splits["train"], splits["valid"] = _held_out(splits["train"], 0.1)
+    name = task or str(Path(splits["train"].source).parent)
+    return _typed_task(name, splits["train"], splits["valid"], splits["test"], fields)
+
+
+def _has_split(folder: Path, split: str) -> bool:
+    return any((folder / f"{name}{suffix}").is_file() for name in SPLIT_NAMES[split] for suffix in TASK_SUFFIXES)
+
+
+def _typed_task(name: str, train: Split, valid: Split, test: Split, fields: TaskFields) -> Task:
+    """Classification (int or str labels) or regression (float labels), with every label checked against train."""
+    regression = any(isinstance(label, float) for label in train.labels)
+    if regression:
+        for split in (train, valid, test):
+            for number, label in enumerate(split.labels, 1):
+                if not isinstance(label, (int, float)) or not math.isfinite(label):
+                    raise _task_error(
+                        f"{split.source} record {number}: label {label!r} is not a finite number, which a "
+                        "regression task (float labels in train) needs; fix the label"
+                    )
+        return Task(name, train, valid, test, True, [], fields)
+    kinds = {type(label) for label in train.labels}
+    if len(kinds) > 1:
+        raise _task_error(
+            f"{train.source} mixes label types ({', '.join(sorted(k.__name__ for k in kinds))}); "
+            "write every label the same way"
+        )
+    classes = sorted(set(train.labels))
+    if len(classes) < 2:
+        raise _task_error(
+            f"{train.source} has one class only ({classes[0]!r}); a classifier needs two or more: "
+            f"check --label-field (now '{fields.label}') or the data"
+        )
+    known = set(classes)
+    for split_name, split in (("valid", valid), ("test", test)):
+        for number, label in enumerate(split.labels, 1):
+            if label not in known:
+                raise _task_error(
+                    f"the {split_name} split ({split.source}) has label {label!r} (record {number}), which the "
+                    "train split never shows; add training examples of it or remove it"
+                )
+    return Task(name, train, valid, test, False, classes, fields)
