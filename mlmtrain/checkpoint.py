@@ -24,6 +24,7 @@ from safetensors import SafetensorError
 from mlmtrain.config import Config, save_config
 from mlmtrain.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.errors import UserError
+from mlmtrain.files import process_alive, write_failure
 from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
 
 COMPLETE = "COMPLETE"
@@ -57,21 +58,11 @@ def _remove_leftovers(root: Path) -> None:
     """Delete what saves killed midway left (temporary folders, links): never a checkpoint, only lost disk space."""
     for child in root.iterdir():
         match = _LEFTOVER.match(child.name)
-        if match and not _process_alive(int(match.group(1))):
+        if match and not process_alive(int(match.group(1))):
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)
             else:
                 child.unlink(missing_ok=True)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
 
 
 def save_checkpoint(
@@ -119,12 +110,10 @@ def save_checkpoint(
         shutil.rmtree(staging, ignore_errors=True)
         previous = latest_checkpoint(run_dir)
         kept = f"; the last complete checkpoint {previous} is intact" if previous else ""
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error).strip()
-        free = shutil.disk_usage(root).free
         raise UserError(
             "checkpoint",
-            f"could not write {final}: {reason.splitlines()[0] if reason else type(error).__name__} "
-            f"({free / 1e6:,.1f} MB free there){kept}; free disk space or fix permissions, then resume with --resume",
+            f"could not write {final}: {write_failure(error, root)}{kept}; "
+            "free disk space or fix permissions, then resume with --resume",
         ) from error
     _point_latest(root, final)
     return final
@@ -155,24 +144,39 @@ def resolve_resume(run_dir: Path, resume: str) -> Optional[Path]:
     """The checkpoint folder named by --resume ('auto': the newest complete one in run_dir, or None)."""
     if resume == "auto":
         return latest_checkpoint(run_dir)
+    if not resume.strip():
+        raise UserError("argument", f"--resume {resume!r} names nothing; pass --resume auto or a checkpoint folder")
     folder = Path(resume)
     if not folder.is_dir():
         raise UserError("checkpoint", f"--resume {resume}: no such folder; pass a checkpoint folder or 'auto'")
+    if not (folder / COMPLETE).exists() and checkpoints_dir(folder).is_dir():
+        newest = latest_checkpoint(folder)
+        raise UserError(
+            "checkpoint",
+            f"--resume {resume} is a run folder, not a checkpoint; pass --resume auto to continue from its newest "
+            f"checkpoint" + (f" ({newest})" if newest else "") + " (with train.run_dir set to it)",
+        )
     return folder.resolve()
 
 
-def load_training_state(folder: Path) -> dict[str, Any]:
-    """The training state of a checkpoint; UserError for an unfinished, truncated or foreign folder."""
+def check_complete(folder: Path) -> None:
+    """UserError unless `folder` is a finished checkpoint with the files a resume reads."""
     folder = Path(folder)
     if not (folder / COMPLETE).exists():
         raise UserError(
             "checkpoint",
             f"{folder} is not a complete checkpoint (no {COMPLETE} marker); "
-            "resume from another one or start afresh with --overwrite",
+            "pass a folder RUN_DIR/checkpoints/step-N, or --resume auto for the newest complete one",
         )
     for needed in (STATE_FILE, "config.json", "model.safetensors"):
         if not (folder / needed).is_file():
             raise UserError("checkpoint", f"{folder} has no {needed}; it cannot be resumed from")
+
+
+def load_training_state(folder: Path) -> dict[str, Any]:
+    """The training state of a checkpoint; UserError for an unfinished, truncated or foreign folder."""
+    folder = Path(folder)
+    check_complete(folder)
     try:
         return torch.load(folder / STATE_FILE, map_location="cpu", weights_only=False)
     except Exception as error:  # a truncated or garbled pickle raises many kinds of errors
@@ -196,14 +200,12 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: str) -> Any:
-    """The checkpoint's model, after checking it belongs to this config and tokenizer."""
-    from transformers import BertForMaskedLM
-
-    from mlmtrain.electra import GENERATOR_DIR, load_electra
-    from mlmtrain.masking import VocabInfo
-
-    saved = json.loads((folder / "config.json").read_text())
+def check_model_shape(folder: Path, cfg: Config) -> None:
+    """UserError unless the checkpoint's model has the objective and the sizes the config asks for."""
+    try:
+        saved = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):
+        raise UserError("checkpoint", f"{folder}/config.json is missing or damaged; resume from another one") from None
     objectives = {"bert": "mlm", "electra": "electra"}  # the model type each objective saves
     saved_objective = objectives.get(saved.get("model_type"), saved.get("model_type"))
     if saved_objective != cfg.train.objective:
@@ -225,13 +227,27 @@ def load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: s
                 f"{folder} was trained with {key}={saved.get(key)}, the config says {value}; "
                 "resume with the config of that run, or start afresh with --overwrite",
             )
+
+
+def other_tokenizer_message(folder: Path, cfg: Config) -> str:
+    """Why a resume with this tokenizer cannot work, and the way back: the checkpoint's own tokenizer."""
+    return (
+        f"{folder} was trained with another tokenizer than {cfg.tokenizer_dir} (tokenizer.path); resume with the "
+        f"tokenizer of that run: --set tokenizer.pretrained={folder}"
+    )
+
+
+def load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: str) -> Any:
+    """The checkpoint's model, after checking it belongs to this config and tokenizer."""
+    from transformers import BertForMaskedLM
+
+    from mlmtrain.electra import GENERATOR_DIR, load_electra
+    from mlmtrain.masking import VocabInfo
+
+    check_model_shape(folder, cfg)
     tokenizer = load_tokenizer(folder)
     if tokenizer_fingerprint(tokenizer) != fingerprint:
-        raise UserError(
-            "checkpoint",
-            f"{folder} was trained with another tokenizer than {cfg.tokenizer_dir} (tokenizer.path); "
-            "resume with the tokenizer of that run, or start afresh with --overwrite",
-        )
+        raise UserError("checkpoint", other_tokenizer_message(folder, cfg))
     if cfg.train.objective == "electra" and not (folder / GENERATOR_DIR / "config.json").is_file():
         raise UserError("checkpoint", f"{folder} has no {GENERATOR_DIR}/config.json; resume from another checkpoint")
     try:

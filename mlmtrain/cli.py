@@ -66,12 +66,12 @@ def tokenize(
     ),
 ) -> None:
     """Train the WordPiece tokenizer on the train split and encode train and validation into the token store."""
-    from mlmtrain.tokens import tokenize_corpus
+    from mlmtrain.commands import run_tokenize_command
 
     cfg = _load(config, overrides)
     if tokenizer is not None:
         cfg.tokenizer.pretrained = tokenizer
-    tokenize_corpus(cfg)
+    run_tokenize_command(cfg)
 
 
 @app.command()
@@ -298,6 +298,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     debug = "--debug" in args
     try:
         code = app(args=args, prog_name="mlmtrain", standalone_mode=False)
+        if code == 130:  # Typer turns Ctrl-C (KeyboardInterrupt) into a returned 130 when standalone_mode is off
+            raise KeyboardInterrupt
         if isinstance(code, int) and code:  # click hands back typer.Exit(code) as a return value here
             sys.exit(code)
     except UserError as error:

@@ -174,6 +174,16 @@ def _table(report: dict[str, Any], source: str) -> str:
     return "\n".join(f"{name:<{width}}{value}" for name, value in rows)
 
 
+def run_tokenize_command(cfg: Any) -> Path:
+    """`mlmtrain tokenize`, holding train.run_dir's lock: a pretrain running there reads (and may rebuild) the
+    tokenizer and store under it, so two commands must not write them at once."""
+    from mlmtrain.guard import interrupt_on_sigterm, locked
+    from mlmtrain.tokens import tokenize_corpus
+
+    with locked(Path(cfg.train.run_dir)), interrupt_on_sigterm():
+        return tokenize_corpus(cfg)
+
+
 def _fill_mask_lines(text: Optional[str]) -> Iterator[str]:
     if text is not None:
         yield text
@@ -190,7 +200,11 @@ def run_fill_mask_command(model: Union[str, Path], text: Optional[str], top_k: i
     _positive(top_k, "--top-k")
     torch_device = _device(device)
     mlm, tokenizer = load_masked_lm(_masked_lm_folder(Path(model)))
+    vocabulary = len(tokenizer)
+    if top_k > vocabulary:
+        raise UserError("argument", f"--top-k {top_k} is more than the model's {vocabulary} tokens; pass {vocabulary}")
     mask = tokenizer.mask_token
+    positions = getattr(mlm.config, "max_position_embeddings", None)
     with quiet_transformers():
         fill = pipeline("fill-mask", model=mlm, tokenizer=tokenizer, device=torch_device)
     for number, line in enumerate(_fill_mask_lines(text)):
@@ -199,6 +213,14 @@ def run_fill_mask_command(model: Union[str, Path], text: Optional[str], top_k: i
         masks = query.count(mask)
         if masks == 0:
             raise UserError("fill-mask", f"no {mask} in {line!r}; put [MASK] where a word should be predicted")
+        with quiet_transformers():  # no "sequence length is longer" warning: the check below says it in one line
+            length = len(tokenizer(query)["input_ids"])
+        if positions is not None and length > positions:
+            raise UserError(
+                "fill-mask",
+                f"the text is {length} tokens, more than the model's {positions} positions "
+                "(max_position_embeddings); shorten it",
+            )
         predictions = fill(query, top_k=top_k)
         if masks == 1:  # the pipeline nests the list only when there are several masks
             predictions = [predictions]

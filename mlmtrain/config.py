@@ -478,13 +478,44 @@ def _yaml_error(path: str, error: yaml.YAMLError) -> UserError:
     return UserError("config", f"{path}: malformed YAML{where}: {problem}; fix the syntax there")
 
 
+def _refuse_duplicate_keys(node: yaml.Node, parents: list[str], name: str) -> None:
+    """UserError for a key given twice in one mapping: plain YAML keeps the last one silently, so a second
+    `optim:` section would reset every key the first one set."""
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_duplicate_keys(item, parents, name)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: dict[str, int] = {}
+    for key_node, value_node in node.value:
+        key, line = str(key_node.value), key_node.start_mark.line + 1
+        if key in seen:
+            where = ".".join([*parents, key])
+            raise UserError("config", f"{name}: '{where}' appears twice (lines {seen[key]} and {line}); keep one")
+        seen[key] = line
+        _refuse_duplicate_keys(value_node, [*parents, key], name)
+
+
+def load_yaml_text(text: str, name: str) -> Any:
+    """yaml.safe_load that refuses duplicate keys (`name` says where the text came from)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _refuse_duplicate_keys(node, [], name)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def read_yaml(path: Union[str, Path]) -> dict[str, Any]:
     """The mapping in a YAML config file; a clear UserError for a missing or malformed file."""
     path = Path(path)
     if not path.is_file():
         raise UserError("config", f"file {path} does not exist; pass an existing YAML file to --config")
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        loaded = load_yaml_text(path.read_text(encoding="utf-8"), str(path))
     except yaml.YAMLError as error:
         raise _yaml_error(str(path), error) from None
     except (OSError, UnicodeDecodeError) as error:
@@ -514,7 +545,7 @@ def apply_override(tree: dict[str, Any], assignment: str) -> None:
     if len(parts) != 2 or not all(parts):
         raise UserError("config", f"--set {dotted!r} must name section.key, e.g. optim.lr=1e-3")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = load_yaml_text(raw, f"--set {dotted}") if raw.strip() else None
     except yaml.YAMLError:
         value = raw
     section = tree.setdefault(parts[0], {})

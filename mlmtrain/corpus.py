@@ -312,6 +312,14 @@ class _Hub:
     def texts(self, stats: CorpusStats) -> Iterator[str]:
         import datasets  # imported here: a slow import that local corpora do not need
 
+        from mlmtrain.hub import hub_unreachable
+
+        unreachable = hub_unreachable()
+        if unreachable:  # streaming reads from the Hub as it goes: no cache to fall back on
+            raise _data_error(
+                f"cannot load hub dataset {self.label}: the Hugging Face Hub is unreachable ({unreachable}); "
+                "connect to the internet, or download the data and point the source at local files"
+            )
         try:
             dataset = datasets.load_dataset(self.name, self.config, split=self.split, streaming=True)
         except Exception as error:  # not found, offline, bad split, gated: many types, one meaning for the user

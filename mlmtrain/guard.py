@@ -1,5 +1,6 @@
-"""What protects a run: the exclusive lock on RUN_DIR, the claim on a folder that already holds a run,
-and the stop signals that end a run between two steps (never in the middle of one)."""
+"""What protects a run: the exclusive lock on RUN_DIR, the claim on a folder that already holds a run, the checks
+that a run can start or resume before anything is rebuilt, and the stop signals that end a run between two steps
+(never in the middle of one)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,30 @@ import fcntl
 import os
 import shutil
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
+import torch
+
 from mlmtrain import checkpoint as ckpt
+from mlmtrain.config import Config
 from mlmtrain.errors import UserError
+from mlmtrain.files import check_writable_folder
+from mlmtrain.progress import say
 
 
 class RunLock:
     """An exclusive lock on RUN_DIR held for the whole run; the kernel releases it if the process dies."""
 
     def __init__(self, run_dir: Path) -> None:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        check_writable_folder(run_dir, "run", "train.run_dir")
         self.path = run_dir / ".lock"
+        if self.path.is_dir() or (self.path.exists() and not self.path.is_file()):
+            raise UserError(
+                "run", f"{self.path} is a folder, where mlmtrain keeps its lock file; move it away, then run again"
+            )
         self.handle = open(self.path, "a+")
         try:
             fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -42,11 +54,26 @@ class RunLock:
         self.handle.close()
 
 
+@contextmanager
+def locked(run_dir: Path) -> Iterator[None]:
+    """Hold RUN_DIR's lock for the block (`tokenize` writes under RUN_DIR as `pretrain` does)."""
+    lock = RunLock(run_dir)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool) -> None:
-    """Refuse to mix two runs in one folder unless the user said --resume or --overwrite."""
-    holds_run = (run_dir / "metrics.jsonl").exists() or ckpt.checkpoints_dir(run_dir).exists()
+    """Refuse to mix two runs in one folder unless the user said --resume or --overwrite; check that checkpoints
+    can be written there before any step is trained."""
+    checkpoints = ckpt.checkpoints_dir(run_dir)
+    if checkpoints.exists() and not checkpoints.is_dir():
+        raise UserError("run", f"{checkpoints} is a file, where checkpoints go; move it away, then run again")
+    holds_run = (run_dir / "metrics.jsonl").exists() or checkpoints.exists()
     if holds_run and overwrite:
-        shutil.rmtree(ckpt.checkpoints_dir(run_dir), ignore_errors=True)
+        # only what a run writes, by name: anything else the user keeps in run_dir stays
+        shutil.rmtree(checkpoints, ignore_errors=True)
         for name in ("metrics.jsonl", "run.json"):
             (run_dir / name).unlink(missing_ok=True)
         shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
@@ -56,10 +83,59 @@ def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool) -> None
             f"{run_dir} already holds a run; pass --resume to continue it or --overwrite to "
             "start afresh (or choose another train.run_dir)",
         )
+    if checkpoints.is_dir():
+        check_writable_folder(checkpoints, "run", "the checkpoints folder")
+
+
+def check_before_start(cfg: Config, device: torch.device, resume_from: Optional[Path]) -> None:
+    """Everything that would make the run fail later, checked before a tokenizer or store is (re)built:
+    a model too big for the device, and a checkpoint that belongs to another model or tokenizer."""
+    from mlmtrain.model import check_model_fits
+
+    check_model_fits(cfg.model, cfg.tokenizer.vocab_size, device)
+    if resume_from is None:
+        return
+    ckpt.check_complete(resume_from)
+    ckpt.check_model_shape(resume_from, cfg)
+    from mlmtrain.corpus import corpus_splits
+    from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
+    from mlmtrain.tokens import planned_tokenizer_fingerprint
+
+    # WordPiece training is not bit-reproducible: a tokenizer trained again would not be the checkpoint's, so a
+    # resume that needs one is refused now, while the run's tokenizer and store are still intact.
+    planned = planned_tokenizer_fingerprint(cfg, corpus_splits(cfg.data)[0])
+    if planned is None:
+        raise UserError(
+            "checkpoint",
+            f"resuming {resume_from} needs the tokenizer it was trained with, and {cfg.tokenizer_dir} "
+            "(tokenizer.path) would be trained anew (it is missing, or the corpus or tokenizer settings changed); "
+            f"resume with that run's tokenizer: --set tokenizer.pretrained={resume_from}",
+        )
+    if planned != tokenizer_fingerprint(load_tokenizer(resume_from)):
+        raise UserError("checkpoint", ckpt.other_tokenizer_message(resume_from, cfg))
+
+
+@contextmanager
+def interrupt_on_sigterm() -> Iterator[None]:
+    """SIGTERM acts like Ctrl-C while a run is set up (tokenizing): the temporary folders are cleaned up and
+    the user is told, instead of a silent exit 143."""
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class StopRequested:
-    """Turns SIGINT / SIGTERM into a flag checked between steps, so a step is never cut in half."""
+    """Turns SIGINT / SIGTERM into a flag checked between steps, so a step is never cut in half.
+
+    The first signal promises a checkpoint at the end of the current step; further signals keep that promise
+    (the save is what makes stopping safe) and say so, rather than dropping the steps since the last checkpoint.
+    """
 
     def __init__(self) -> None:
         self.flag = False
@@ -68,8 +144,8 @@ class StopRequested:
             self._previous[sig] = signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.flag:  # a second Ctrl-C means "now"
-            raise KeyboardInterrupt
+        if self.flag:
+            say("already stopping: finishing this step and writing its checkpoint, which can take a moment")
         self.flag = True
 
     def restore(self) -> None:

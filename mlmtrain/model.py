@@ -5,6 +5,8 @@ Also the parameter count and the training FLOPs per token used for throughput fi
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from transformers import BertConfig, BertForMaskedLM
@@ -90,6 +92,41 @@ class MaskedLM(torch.nn.Module):
         # With no selected position the sum over an empty set is an exact 0 that still hangs off the graph (through
         # the empty head matmul), so backward runs and every parameter gets a zero gradient, as DDP expects.
         return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum")
+
+
+def parameter_count(cfg: ModelConfig, vocab_size: int) -> int:
+    """Parameters of `build_model(cfg, vocab_size)`, computed without building it (the decoder weight is tied)."""
+    hidden, inner, vocab = cfg.hidden_size, cfg.intermediate_size, padded_vocab_size(vocab_size, cfg.pad_vocab_multiple)
+    layer_norm = 2 * hidden
+    embeddings = (vocab + cfg.max_position_embeddings + 2) * hidden + layer_norm  # words, positions, 2 token types
+    attention = 4 * (hidden * hidden + hidden) + layer_norm  # query, key, value, output
+    feed_forward = hidden * inner + inner + inner * hidden + hidden + layer_norm
+    head = hidden * hidden + hidden + layer_norm + vocab  # transform, LayerNorm, decoder bias
+    return embeddings + cfg.num_layers * (attention + feed_forward) + head
+
+
+TRAINING_BYTES_PER_PARAMETER = 16  # float32 weight, gradient and AdamW's two moments
+
+
+def device_memory_bytes(device: torch.device) -> int:
+    """All the memory of `device` (a GPU's, or the machine's RAM for the CPU): what no model can exceed."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_model_fits(cfg: ModelConfig, vocab_size: int, device: torch.device) -> None:
+    """UserError, before anything is allocated, for a model whose training state cannot fit on `device`."""
+    parameters = parameter_count(cfg, vocab_size)
+    needed, available = parameters * TRAINING_BYTES_PER_PARAMETER, device_memory_bytes(device)
+    if needed > available:
+        raise UserError(
+            "model",
+            f"model.hidden_size={cfg.hidden_size}, num_layers={cfg.num_layers}, intermediate_size="
+            f"{cfg.intermediate_size} make {parameters / 1e6:,.0f}M parameters, about {needed / 1e9:,.1f} GB to "
+            f"train (weights, gradients, AdamW state in float32), more than the {available / 1e9:,.1f} GB of "
+            f"{device}; choose a smaller model",
+        )
 
 
 def count_parameters(model: torch.nn.Module) -> int:

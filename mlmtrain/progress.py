@@ -1,18 +1,23 @@
 """What a run tells the outside world: a progress bar, one JSON line per logged step, optional TensorBoard.
 
 Only rank 0 reports; other ranks get a `Reporter` that does nothing. Metrics are appended to
-RUN_DIR/metrics.jsonl and flushed at once, so a killed run keeps every line it logged.
+RUN_DIR/metrics.jsonl with one write each, so a killed run keeps every line it logged; a line a full disk cuts
+short is cut back (training goes on), and a resumed run removes a torn last line left by a kill.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional, TextIO
+from typing import Any, Optional
 
 from tqdm import tqdm
+
+from mlmtrain.files import write_failure
 
 
 def _clean(value: Any) -> Any:
@@ -20,6 +25,48 @@ def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
+
+
+class _MetricsFile:
+    """metrics.jsonl opened for appending (a resumed run continues it), where every line is whole or absent."""
+
+    def __init__(self, path: Path, tell: Callable[[str], None]) -> None:
+        self.path, self.tell = path, tell
+        self.fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+        self.failing = False
+        self._drop_torn_tail()
+
+    def _drop_torn_tail(self) -> None:
+        """A kill or a full disk amid a write leaves half a line; later lines would follow it on the same line."""
+        size = os.lseek(self.fd, 0, os.SEEK_END)
+        if size == 0 or os.pread(self.fd, 1, size - 1) == b"\n":
+            return
+        start = max(0, size - (1 << 20))
+        tail = os.pread(self.fd, size - start, start)
+        keep = start + tail.rfind(b"\n") + 1 if b"\n" in tail else 0
+        os.ftruncate(self.fd, keep)
+        self.tell(f"{self.path}: removed a torn last line ({size - keep} bytes) left by an interrupted write")
+
+    def append(self, line: str) -> None:
+        data = line.encode("utf-8")
+        start = os.lseek(self.fd, 0, os.SEEK_END)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(self.fd, data[written:])
+        except OSError as error:
+            os.ftruncate(self.fd, start)  # cut the half line back: the file stays valid JSON lines
+            if not self.failing:
+                self.tell(
+                    f"warning: could not append to {self.path}: {write_failure(error, self.path.parent)}; "
+                    "training goes on (checkpoints are still written), metrics resume once there is room"
+                )
+            self.failing = True
+            return
+        self.failing = False
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 class Reporter:
@@ -36,14 +83,14 @@ class Reporter:
         initial_step: int = 0,
     ) -> None:
         self.enabled = enabled
-        self._file: Optional[TextIO] = None
+        self._metrics: Optional[_MetricsFile] = None
         self._bar: Optional[tqdm] = None
         self._tb = None
         if not enabled:
             return
         if run_dir is not None:
             run_dir.mkdir(parents=True, exist_ok=True)
-            self._file = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")  # append: a resumed run continues it
+            self._metrics = _MetricsFile(run_dir / "metrics.jsonl", self.message)
         if show_bar:
             self._bar = tqdm(
                 total=total_steps, initial=initial_step, unit="step", dynamic_ncols=True, file=sys.stderr, leave=True
@@ -66,9 +113,8 @@ class Reporter:
         """One JSON line in metrics.jsonl (and scalars to TensorBoard)."""
         if not self.enabled:
             return
-        if self._file is not None:
-            self._file.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
-            self._file.flush()
+        if self._metrics is not None:
+            self._metrics.append(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
         if self._tb is not None:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)):
@@ -87,9 +133,9 @@ class Reporter:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
         if self._tb is not None:
             self._tb.close()
             self._tb = None

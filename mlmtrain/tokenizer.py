@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import uuid
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import tokenizers
 import transformers
@@ -21,12 +19,20 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from mlmtrain.config import TokenizerConfig
 from mlmtrain.errors import UserError
+from mlmtrain.files import replace_folder
+from mlmtrain.hub import hub_unreachable
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]  # the trainer gives them ids 0..4 in this order
 
 _CONFIG_FILE = "tokenizer_config.json"
 _VOCAB_FILES = ("tokenizer.json", "vocab.txt")  # either one lets transformers build the tokenizer
+TOKENIZER_META = "mlmtrain-tokenizer.json"  # how mlmtrain made the tokenizer; also the mark of a folder it wrote
+# every name a tokenizer folder of mlmtrain's holds (transformers' save_pretrained included)
+TOKENIZER_FILES = re.compile(
+    r"tokenizer\.json|tokenizer_config\.json|vocab\.txt|special_tokens_map\.json|added_tokens\.json"
+    r"|chat_template\.(?:jinja|json)|" + re.escape(TOKENIZER_META)
+)
 
 
 def _strip_accents(cfg: TokenizerConfig) -> bool:
@@ -59,10 +65,38 @@ def _batches(texts: Iterable[str], batch_size: int, seen: list[int]) -> Iterator
         yield batch
 
 
+MAX_WORD_CHARS = 100  # WordPiece's max_input_chars_per_word: a longer word encodes as [UNK]
+_LONG_RUN = re.compile(rf"\S{{{MAX_WORD_CHARS + 1},}}")  # a run that may hold a word too long (cheap to find)
+
+
+def _without_long_words(text: str, splitter: tokenizers.Tokenizer, dropped: list[int]) -> str:
+    """`text` without its words of more than MAX_WORD_CHARS characters, as `splitter` splits words; counts them.
+
+    `splitter` must not be the tokenizer being trained: training holds its lock, and using it here would deadlock.
+    """
+
+    def shorten(match: re.Match) -> str:
+        normalized = splitter.normalizer.normalize_str(match.group())  # CJK characters become words of their own
+        words = [word for word, _ in splitter.pre_tokenizer.pre_tokenize_str(normalized)]
+        kept = [word for word in words if len(word) <= MAX_WORD_CHARS]
+        dropped[0] += len(words) - len(kept)
+        return " ".join(kept)
+
+    return _LONG_RUN.sub(shorten, text) if _LONG_RUN.search(text) else text
+
+
 def train_tokenizer(
-    texts: Iterable[str], cfg: TokenizerConfig, batch_size: int = 1000, show_progress: bool = False
+    texts: Iterable[str],
+    cfg: TokenizerConfig,
+    batch_size: int = 1000,
+    show_progress: bool = False,
+    report: Optional[Callable[[str], None]] = None,
 ) -> tokenizers.Tokenizer:
-    """Train a BERT-style WordPiece tokenizer on a stream of documents (read once, in batches: memory stays bounded)."""
+    """Train a BERT-style WordPiece tokenizer on a stream of documents (read once, in batches: memory stays bounded).
+
+    Words longer than MAX_WORD_CHARS are left out of training (`report` is told how many): they encode as [UNK]
+    anyway, and the trainer's cost grows with the square of a word's length (a 200 kB word took 46 s).
+    """
     tokenizer = _untrained_tokenizer(cfg)
     trainer = trainers.WordPieceTrainer(
         vocab_size=cfg.vocab_size,
@@ -72,8 +106,15 @@ def train_tokenizer(
         continuing_subword_prefix="##",
         show_progress=show_progress,
     )
-    seen = [0]
-    tokenizer.train_from_iterator(_batches(texts, batch_size, seen), trainer=trainer)
+    seen, dropped = [0], [0]
+    splitter = _untrained_tokenizer(cfg)
+    short_words = (_without_long_words(text, splitter, dropped) for text in texts)
+    tokenizer.train_from_iterator(_batches(short_words, batch_size, seen), trainer=trainer)
+    if dropped[0] and report is not None:
+        report(
+            f"tokenizer: {dropped[0]:,} words longer than {MAX_WORD_CHARS} characters left out of training "
+            "(they encode as [UNK], as in BERT)"
+        )
     if seen[0] == 0:
         raise UserError("tokenizer", "the training corpus has no documents; point data.train at some text")
     learned = tokenizer.get_vocab_size(with_added_tokens=True)
@@ -139,37 +180,55 @@ def _write_folder(tokenizer: tokenizers.Tokenizer, folder: Path, model_max_lengt
 
 
 def save_tokenizer(
-    tokenizer: tokenizers.Tokenizer, folder: Path, cfg: TokenizerConfig, model_max_length: int = 512
+    tokenizer: tokenizers.Tokenizer,
+    folder: Path,
+    cfg: TokenizerConfig,
+    model_max_length: int = 512,
+    record: Optional[dict] = None,
 ) -> None:
     """Write a Hugging Face tokenizer folder atomically: built beside `folder`, swapped in only once complete.
 
+    `record` goes to mlmtrain-tokenizer.json, the marker that tells a folder mlmtrain may replace later.
     `cfg` is accepted for symmetry with training; the folder records the settings of `tokenizer` itself.
     """
     del cfg  # the trained object already carries lowercase / strip_accents in its normalizer
-    folder = Path(folder)
-    if folder.exists() and not (folder.is_dir() and (is_tokenizer_folder(folder) or not any(folder.iterdir()))):
-        # Never replace something that is not ours: a mistyped tokenizer.path could name a run folder.
-        raise UserError(
-            "tokenizer",
-            f"{folder} exists and is not a tokenizer folder; set tokenizer.path to a new folder or remove it",
-        )
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    # A plain mkdir, not tempfile.mkdtemp: mkdtemp makes the folder 0700, and the renamed result must be an ordinary
-    # folder (0777 less the umask, 0755 usually) that other users and processes can read.
-    staging = folder.parent / f".{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    staging.mkdir()
-    old = folder.parent / f"{staging.name}.old"
-    try:
+
+    def write(staging: Path) -> None:
         _write_folder(tokenizer, staging, model_max_length)
-        if folder.exists():
-            os.replace(folder, old)
-        os.replace(staging, folder)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        if old.exists() and not folder.exists():
-            os.replace(old, folder)  # put the previous tokenizer back
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+        (staging / TOKENIZER_META).write_text(json.dumps(record or {}, indent=1), encoding="utf-8")
+
+    _replace_tokenizer_folder(Path(folder), write)
+
+
+def copy_tokenizer(tokenizer: transformers.PreTrainedTokenizerFast, folder: Path, record: dict) -> None:
+    """Save a loaded tokenizer (a checkpoint's, a hub one) as mlmtrain's tokenizer folder, atomically."""
+
+    def write(staging: Path) -> None:
+        tokenizer.save_pretrained(str(staging))
+        (staging / TOKENIZER_META).write_text(json.dumps(record, indent=1), encoding="utf-8")
+
+    _replace_tokenizer_folder(Path(folder), write)
+
+
+def _replace_tokenizer_folder(folder: Path, write: Callable[[Path], None]) -> None:
+    # Never replace something that is not ours: a mistyped tokenizer.path could name a run or a model folder.
+    replace_folder(
+        folder,
+        write,
+        marker=TOKENIZER_META,
+        ours=TOKENIZER_FILES,
+        topic="tokenizer",
+        key="tokenizer.path",
+        what="the tokenizer",
+    )
+
+
+def tokenizer_record(folder: Path) -> Optional[dict]:
+    """What mlmtrain-tokenizer.json says about how the tokenizer in `folder` was made (None: no such file)."""
+    try:
+        return json.loads((Path(folder) / TOKENIZER_META).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def is_tokenizer_folder(folder: Path) -> bool:
@@ -201,12 +260,16 @@ def load_tokenizer(name_or_folder: Union[str, Path]) -> transformers.PreTrainedT
                 "run `mlmtrain tokenize` or pass another folder",
             )
         source = str(path)
+        unreachable = None
     else:
         source = name
+        unreachable = hub_unreachable()  # then only the local cache can serve it, without a minute of retries
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=unreachable is not None)
     except Exception as error:  # hub, network, json and tokenizers errors come in many types; all mean "cannot load"
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if unreachable:
+            first_line = f"the Hugging Face Hub is unreachable ({unreachable}) and it is not in the local cache"
         raise UserError("tokenizer", f"cannot load tokenizer {name}: {first_line}") from error
     if not getattr(tokenizer, "is_fast", False):
         raise UserError("tokenizer", f"tokenizer {name} is not a fast (Rust) tokenizer; use one with a tokenizer.json")

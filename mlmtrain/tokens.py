@@ -11,20 +11,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import re
 import sys
 import time
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
 from mlmtrain.config import Config, save_config
 from mlmtrain.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.errors import UserError
+from mlmtrain.files import check_replaceable, replace_folder
 from mlmtrain.progress import say
 
 STORE_FORMAT = 1
@@ -32,7 +33,8 @@ COMPLETE = "COMPLETE"
 SPLITS = ("train", "validation")
 SHARD_TOKENS = 1 << 28  # 256 Mi tokens a shard: 512 MB as uint16, small enough to copy, large enough to be few
 ENCODE_BATCH = 1000  # documents per encode_batch call (the Rust encoder runs them on all cores)
-TOKENIZER_META = "mlmtrain-tokenizer.json"
+# every name a store folder holds; meta.json is the marker of a folder mlmtrain wrote
+STORE_FILES = re.compile(r"meta\.json|COMPLETE|mlmtrain\.yaml|(?:train|validation)(?:-\d{5}\.bin|\.docs\.npy)")
 
 
 def ids_dtype(vocab_size: int) -> np.dtype:
@@ -257,34 +259,67 @@ def _tokenizer_settings(cfg: Config, train_fingerprint: str) -> dict[str, Any]:
     return {"corpus": train_fingerprint, "tokenizer": settings}
 
 
+def tokenizer_plan(cfg: Config, train_corpus: Any) -> tuple[str, dict[str, Any]]:
+    """What `prepare_tokenizer` will do, decided without changing anything: ("copy", record) for
+    tokenizer.pretrained, ("reuse", record) when cfg.tokenizer_dir is current (or not trained by mlmtrain),
+    ("train", record) otherwise; record is what mlmtrain-tokenizer.json will say."""
+    from mlmtrain.tokenizer import is_tokenizer_folder, tokenizer_record
+
+    folder = cfg.tokenizer_dir
+    if cfg.tokenizer.pretrained:
+        same = Path(cfg.tokenizer.pretrained).resolve() == folder.resolve()
+        return ("reuse" if same else "copy"), {"copied_from": cfg.tokenizer.pretrained}
+    settings = _tokenizer_settings(cfg, train_corpus.fingerprint())
+    if is_tokenizer_folder(folder) and tokenizer_record(folder) in (None, settings):
+        return "reuse", settings
+    return "train", settings
+
+
+def planned_tokenizer_fingerprint(cfg: Config, train_corpus: Any) -> Optional[str]:
+    """The fingerprint of the tokenizer `prepare_tokenizer` will hand back; None when it would train a new one
+    (WordPiece training is not bit-reproducible, so that fingerprint cannot be known ahead)."""
+    from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
+
+    action, _ = tokenizer_plan(cfg, train_corpus)
+    if action == "train":
+        return None
+    return tokenizer_fingerprint(load_tokenizer(cfg.tokenizer.pretrained if action == "copy" else cfg.tokenizer_dir))
+
+
 def prepare_tokenizer(cfg: Config, train_corpus: Any) -> Any:
     """The tokenizer for this config: reused when it is already there and current, else trained and saved.
 
     Returns a transformers fast tokenizer loaded from `cfg.tokenizer_dir`.
     """
-    from mlmtrain.tokenizer import is_tokenizer_folder, load_tokenizer, save_tokenizer, train_tokenizer
+    from mlmtrain.tokenizer import (
+        TOKENIZER_FILES,
+        TOKENIZER_META,
+        copy_tokenizer,
+        load_tokenizer,
+        save_tokenizer,
+        tokenizer_record,
+        train_tokenizer,
+    )
 
     folder = cfg.tokenizer_dir
-    settings = _tokenizer_settings(cfg, train_corpus.fingerprint())
-    meta_path = folder / TOKENIZER_META
-    if cfg.tokenizer.pretrained:
-        source = load_tokenizer(cfg.tokenizer.pretrained)
-        if Path(cfg.tokenizer.pretrained).resolve() != folder.resolve():
-            source.save_pretrained(str(folder))
-            say(f"tokenizer: copied {cfg.tokenizer.pretrained} to {folder}")
-        return load_tokenizer(folder)
-    if is_tokenizer_folder(folder):
-        if not meta_path.exists():
+    action, record = tokenizer_plan(cfg, train_corpus)
+    if action == "reuse":
+        if tokenizer_record(folder) is None:
             say(f"tokenizer: using the existing tokenizer in {folder} (not trained by mlmtrain)")
-            return load_tokenizer(folder)
-        if json.loads(meta_path.read_text(encoding="utf-8")) == settings:
+        else:
             say(f"tokenizer: {folder} is up to date")
-            return load_tokenizer(folder)
+        return load_tokenizer(folder)
+    # refuse a folder that is not ours before the slow part, not after it
+    check_replaceable(folder, TOKENIZER_META, TOKENIZER_FILES, "tokenizer", "tokenizer.path")
+    if action == "copy":
+        copy_tokenizer(load_tokenizer(cfg.tokenizer.pretrained), folder, record)
+        say(f"tokenizer: copied {cfg.tokenizer.pretrained} to {folder}")
+        return load_tokenizer(folder)
+    if (folder / TOKENIZER_META).is_file():
         say(f"tokenizer: the corpus or tokenizer settings changed; training a new one in {folder}")
     started = time.perf_counter()
-    trained = train_tokenizer(train_corpus, cfg.tokenizer)
-    save_tokenizer(trained, folder, cfg.tokenizer, model_max_length=cfg.model.max_position_embeddings)
-    meta_path.write_text(json.dumps(settings, indent=1), encoding="utf-8")
+    trained = train_tokenizer(train_corpus, cfg.tokenizer, report=say)
+    save_tokenizer(trained, folder, cfg.tokenizer, model_max_length=cfg.model.max_position_embeddings, record=record)
     say(
         f"tokenizer: trained WordPiece, {trained.get_vocab_size():,} tokens, in {time.perf_counter() - started:.1f}s "
         f"-> {folder}"
@@ -300,22 +335,23 @@ def tokenize_corpus(cfg: Config, quiet: bool = False) -> Path:
     from mlmtrain.tokenizer import tokenizer_fingerprint
 
     started = time.perf_counter()
+    target = cfg.store_dir
+    # a store folder that is not ours is refused before the tokenizer is trained, and never replaced
+    check_replaceable(target, "meta.json", STORE_FILES, "data", "data.store")
     train_corpus, valid_corpus = corpus_splits(cfg.data)
     tokenizer = prepare_tokenizer(cfg, train_corpus)
     fingerprint = tokenizer_fingerprint(tokenizer)
     sources = {"train": train_corpus.fingerprint(), "validation": valid_corpus.fingerprint()}
-    target = cfg.store_dir
     if store_is_current(target, fingerprint, sources):
         say(f"token store {target} is up to date; nothing to do")
         return target
 
     backend = tokenizer.backend_tokenizer
-    staging = target.parent / f".{target.name}.tmp-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
-        stats = {}
-        total_bytes = 0
+    stats: dict[str, SplitStats] = {}
+    total_bytes = 0
+
+    def write(staging: Path) -> None:
+        nonlocal total_bytes
         for split, corpus in (("train", train_corpus), ("validation", valid_corpus)):
             with tqdm(desc=f"encode {split}", unit="doc", disable=quiet, file=sys.stderr) as bar:
                 stats[split] = encode_split(
@@ -352,10 +388,11 @@ def tokenize_corpus(cfg: Config, quiet: bool = False) -> Path:
         save_config(cfg, staging)
         fsync_tree(staging)
         write_marker(staging / COMPLETE)
-        _replace_folder(staging, target)
-        fsync_dir(target.parent)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+
+    replace_folder(
+        target, write, marker="meta.json", ours=STORE_FILES, topic="data", key="data.store", what="the token store"
+    )
+    fsync_dir(target.parent)  # the rename itself must reach the disk
 
     seconds = time.perf_counter() - started
     valid = stats["validation"]
@@ -368,12 +405,3 @@ def tokenize_corpus(cfg: Config, quiet: bool = False) -> Path:
         f"{seconds:.1f}s ({total_bytes / 1e6 / max(seconds, 1e-9):.1f} MB/s) -> {target}"
     )
     return target
-
-
-def _replace_folder(new: Path, target: Path) -> None:
-    """Put `new` at `target`; an old folder there is moved aside first and removed only after the swap."""
-    old = target.parent / f".{target.name}.old-{os.getpid()}"
-    if target.exists():
-        target.rename(old)
-    new.rename(target)
-    shutil.rmtree(old, ignore_errors=True)

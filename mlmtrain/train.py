@@ -19,7 +19,7 @@ from mlmtrain.config import Config, save_config
 from mlmtrain.data import StoreBlocks, evaluation_blocks
 from mlmtrain.distributed import DistContext, gather_objects, init_distributed, on_main, teardown
 from mlmtrain.errors import UserError
-from mlmtrain.guard import RunLock, StopRequested, claim_run_dir
+from mlmtrain.guard import RunLock, StopRequested, check_before_start, claim_run_dir, interrupt_on_sigterm
 from mlmtrain.objective import evaluate_trained
 from mlmtrain.probe import LiveProbe, Task, live_task, metric_record
 from mlmtrain.progress import Reporter, say
@@ -51,11 +51,14 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
     lock = on_main(ctx, lambda: RunLock(run_dir))
     try:
         on_main(ctx, lambda: claim_run_dir(run_dir, resume, overwrite))
-        on_main(ctx, lambda: _ensure_data(cfg))
-        resume_from = ckpt.resolve_resume(run_dir, resume) if resume else None
-        if ctx.is_main and resume == "auto" and resume_from is None:
-            say(f"no checkpoint in {run_dir}; starting a new run")
-        return _run(cfg, ctx, run_dir, resume_from, task)
+        resume_from = ckpt.resolve_resume(run_dir, resume) if resume is not None else None
+        # a resume that cannot work is refused before the tokenizer or the store is rebuilt
+        on_main(ctx, lambda: check_before_start(cfg, ctx.device, resume_from))
+        with interrupt_on_sigterm():  # tokenizing and set-up: SIGTERM says "interrupted" like Ctrl-C
+            on_main(ctx, lambda: _ensure_data(cfg))
+            if ctx.is_main and resume == "auto" and resume_from is None:
+                say(f"no checkpoint in {run_dir}; starting a new run")
+            return _run(cfg, ctx, run_dir, resume_from, task)
     finally:
         if lock is not None:
             lock.release()

@@ -1,0 +1,158 @@
+"""How mlmtrain touches the file system: it replaces or deletes only what it can prove it wrote, and a failed
+write becomes one line that says what could not be written, why, and how much room is left.
+
+A folder counts as mlmtrain's when it holds mlmtrain's own marker file AND every entry in it is a name mlmtrain
+writes there; anything else in it (a corpus, notes, a run) makes the folder the user's, and it is left alone.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Optional
+
+from mlmtrain.errors import UserError
+
+
+def process_alive(pid: int) -> bool:
+    """True while process `pid` exists (a temporary folder named after it may still be in use)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def foreign_entries(folder: Path, ours: re.Pattern) -> list[str]:
+    """Names in `folder` that mlmtrain does not write there (sorted)."""
+    return sorted(child.name for child in Path(folder).iterdir() if not ours.fullmatch(child.name))
+
+
+def owned_folder(folder: Path, marker: str, ours: re.Pattern) -> bool:
+    """True when `folder` is a real folder (not a link) with mlmtrain's `marker` and nothing but `ours` in it."""
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir() or not (folder / marker).is_file():
+        return False
+    return not foreign_entries(folder, ours)
+
+
+def check_replaceable(folder: Path, marker: str, ours: re.Pattern, topic: str, key: str) -> None:
+    """UserError unless `folder` is absent, empty, or provably mlmtrain's (so replacing it loses nothing else)."""
+    folder = Path(folder)
+    if not folder.exists() and not folder.is_symlink():
+        return
+    if folder.is_symlink() or not folder.is_dir():
+        raise UserError(topic, f"{key} {folder} is not a folder; set {key} to a new folder")
+    if not any(folder.iterdir()) or owned_folder(folder, marker, ours):
+        return
+    foreign = foreign_entries(folder, ours)
+    shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+    why = f"it holds {shown}" if (folder / marker).is_file() else f"it has no {marker} (it holds {shown})"
+    raise UserError(
+        topic,
+        f"{key} {folder} is not a folder mlmtrain wrote ({why}), and mlmtrain would replace it; "
+        f"set {key} to a new folder",
+    )
+
+
+def remove_dead_staging(parent: Path, prefix: str, ours: re.Pattern) -> None:
+    """Delete `<prefix><pid>-...` temporary folders left by killed processes, when they hold only `ours`."""
+    if not Path(parent).is_dir():
+        return
+    pattern = re.compile(re.escape(prefix) + r"(\d+)(?:-[0-9a-f]+)?(?:\.old)?")
+    for child in Path(parent).iterdir():
+        match = pattern.fullmatch(child.name)
+        if not match or child.is_symlink() or not child.is_dir() or process_alive(int(match.group(1))):
+            continue
+        if not foreign_entries(child, ours):
+            shutil.rmtree(child, ignore_errors=True)
+
+
+def replace_folder(
+    folder: Path, write: Callable[[Path], None], *, marker: str, ours: re.Pattern, topic: str, key: str, what: str
+) -> None:
+    """Build a folder with `write(staging)` beside `folder`, then swap it in; the old one goes only after the swap.
+
+    `folder` must be absent, empty or provably mlmtrain's (`marker` and nothing but `ours`); `write` must create
+    `marker`. A write error (full disk, permissions) removes the staging folder, keeps the old folder and becomes
+    one UserError; temporary folders that killed processes left beside `folder` are cleared first.
+    """
+    folder = Path(folder)
+    check_replaceable(folder, marker, ours, topic, key)
+    prefix = f".{folder.name}.tmp-"
+    remove_dead_staging(folder.parent, prefix, ours)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        # A plain mkdir, not tempfile.mkdtemp: mkdtemp makes the folder 0700, and the renamed result must be an
+        # ordinary folder (0777 less the umask, 0755 usually) that other users and processes can read.
+        staging = folder.parent / f"{prefix}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        staging.mkdir()
+    except OSError as error:
+        reason = write_failure(error, folder)
+        raise UserError(topic, f"cannot create {what} {folder}: {reason}; set {key} elsewhere") from None
+    old = folder.parent / f"{staging.name}.old"
+    try:
+        write(staging)
+        if folder.exists():
+            os.replace(folder, old)
+        os.replace(staging, folder)
+    except BaseException as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        if old.exists() and not folder.exists():
+            os.replace(old, folder)  # put the previous folder back
+        if isinstance(error, UserError) or not isinstance(error, Exception):
+            raise
+        # Rust-backed writers (tokenizers) raise plain Exceptions for I/O errors: all of them mean "not written"
+        raise UserError(
+            topic,
+            f"could not write {what} {folder}: {write_failure(error, folder)}; "
+            "free disk space or fix permissions, then run again",
+        ) from error
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def write_failure(error: BaseException, path: Path) -> str:
+    """'No space left on device (12.3 MB free there)': why a write failed, in one line."""
+    if isinstance(error, OSError) and error.strerror:
+        reason = error.strerror
+    else:
+        text = str(error).strip()
+        reason = text.splitlines()[0] if text else type(error).__name__
+    free = _free_bytes(Path(path))
+    return reason if free is None else f"{reason} ({free / 1e6:,.1f} MB free there)"
+
+
+def _free_bytes(path: Path) -> Optional[int]:
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            try:
+                return shutil.disk_usage(candidate).free
+            except OSError:
+                return None
+    return None
+
+
+def check_writable_folder(folder: Path, topic: str, key: str) -> None:
+    """Create `folder` if needed and prove that a file can be written in it; one clear UserError otherwise."""
+    folder = Path(folder)
+    blocker = next((p for p in (folder, *folder.parents) if p.exists() or p.is_symlink()), None)
+    if blocker is not None and not blocker.is_dir():
+        where = "is a file" if blocker == folder else f"lies under {blocker}, which is a file"
+        raise UserError(topic, f"{key} {folder} {where}; set {key} to a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".mlmtrain-write-test-{os.getpid()}"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as error:
+        hint = "the file system is read-only; " if error.errno == errno.EROFS else ""
+        reason = write_failure(error, folder)
+        message = f"cannot write in {key} {folder}: {reason}; {hint}set {key} to a writable folder"
+        raise UserError(topic, message) from None

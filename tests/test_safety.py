@@ -1,0 +1,433 @@
+"""mlmtrain never deletes what the user owns, and answers a hostile user's mistakes in one line.
+
+Each test reproduces a case that once deleted files, dropped a promised checkpoint, hung, or ended in a traceback:
+store and tokenizer folders that name the user's folders, meaningless --resume values, a resume that cannot work,
+a second stop signal, write errors outside the checkpoint writer, unusable run folders, and over-long words.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlmtrain.train import pretrain
+
+from .conftest import write_corpus
+from .test_reliability import (
+    CHILD_ENV,
+    CHILD_TIMEOUT_S,
+    assert_checkpoints_sound,
+    assert_one_error_line,
+    file_size_limit,
+    finish,
+    logged_steps,
+    metric_lines,
+    output,
+    run_cli,
+    set_options,
+    start_pretrain,
+    wait_for,
+)
+
+QUICK = {"train.max_steps": 4, "train.eval_every": 0, "checkpoint.save_every": 2}
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` with its bytes (links as their target)."""
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        name = str(path.relative_to(folder))
+        if path.is_symlink():
+            found[name] = os.readlink(path).encode()
+        elif path.is_file():
+            found[name] = path.read_bytes()
+    return found
+
+
+@pytest.fixture
+def finished_run(tiny_config) -> Path:
+    """A run folder holding a finished 4-step run (checkpoints at steps 2 and 4, metrics)."""
+    cfg = tiny_config(**QUICK)
+    pretrain(cfg)
+    return Path(cfg.train.run_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. data.store / tokenizer.path that name the user's folders
+
+
+def test_tokenize_refuses_to_replace_a_folder_of_the_users(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    mine = tmp_path / "r"
+    mine.mkdir()
+    write_corpus(mine / "train.txt", 200, seed=1)
+    (mine / "notes.md").write_text("my notes")
+    before = snapshot(mine)
+    options = set_options(
+        tiny_data, tmp_path / "run", **{"data.train": str(mine / "train.txt"), "data.store": str(mine)}
+    )
+    code, lines = run_cli(capsys, "tokenize", *options)
+    assert code == 2
+    assert_one_error_line(lines, "mlmtrain: data: data.store", str(mine), "notes.md", "new folder")
+    assert snapshot(mine) == before
+
+
+def test_resume_with_the_store_set_to_the_run_folder_keeps_the_run(
+    finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
+) -> None:
+    before = snapshot(finished_run)
+    options = set_options(tiny_data, finished_run, **QUICK, **{"data.store": str(finished_run)})
+    code, lines = run_cli(capsys, "pretrain", *options, "--resume")
+    assert code == 2
+    assert_one_error_line(lines, "data.store", str(finished_run))
+    assert snapshot(finished_run) == before
+
+
+def test_a_store_folder_mlmtrain_wrote_is_still_rebuilt(tiny_data: Path, tmp_path: Path, capsys) -> None:
+    options = set_options(tiny_data, tmp_path / "run", **{"data.store": str(tmp_path / "store")})
+    assert run_cli(capsys, "tokenize", *options)[0] == 0
+    (tmp_path / "store" / "train-00000.bin").write_bytes(b"")  # damaged: must be rebuilt, not refused
+    code, lines = run_cli(capsys, "tokenize", *options)
+    assert code == 0, lines
+    assert (tmp_path / "store" / "train-00000.bin").stat().st_size > 0
+
+
+def test_a_retrained_tokenizer_never_replaces_a_folder_with_other_files(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    options = set_options(tiny_data, tmp_path / "run", **{"tokenizer.path": str(tmp_path / "tok")})
+    assert run_cli(capsys, "tokenize", *options)[0] == 0
+    (tmp_path / "tok" / "my-model.safetensors").write_bytes(b"weights of mine")
+    before = snapshot(tmp_path / "tok")
+    changed = set_options(
+        tiny_data, tmp_path / "run", **{"tokenizer.path": str(tmp_path / "tok"), "tokenizer.vocab_size": 150}
+    )
+    code, lines = run_cli(capsys, "tokenize", *changed)
+    assert code == 2
+    assert_one_error_line(lines, "tokenizer.path", "my-model.safetensors")
+    assert snapshot(tmp_path / "tok") == before
+
+
+def test_leftover_staging_folders_of_killed_runs_are_removed(tiny_data: Path, tmp_path: Path, capsys) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    leftover = tmp_path / f".store.tmp-{dead.pid}"
+    leftover.mkdir()
+    (leftover / "train-00000.bin").write_bytes(b"\0" * 64)
+    foreign = tmp_path / f".store.tmp-{dead.pid}-abc"
+    foreign.mkdir()
+    (foreign / "precious.txt").write_text("not ours")
+    options = set_options(tiny_data, tmp_path / "run", **{"data.store": str(tmp_path / "store")})
+    assert run_cli(capsys, "tokenize", *options)[0] == 0
+    assert not leftover.exists()
+    assert (foreign / "precious.txt").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. meaningless --resume values
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_resume_value_is_refused_and_the_run_kept(
+    value: str, finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
+) -> None:
+    before = snapshot(finished_run)
+    code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, finished_run, **QUICK), "--resume", value)
+    assert code == 2
+    assert_one_error_line(lines, "--resume", "auto")
+    assert snapshot(finished_run) == before
+
+
+def test_resume_given_the_run_folder_points_to_resume_auto(
+    finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
+) -> None:
+    code, lines = run_cli(
+        capsys, "pretrain", *set_options(tiny_data, finished_run, **QUICK), "--resume", str(finished_run)
+    )
+    assert code == 2
+    line = assert_one_error_line(lines, "--resume auto")
+    assert "--overwrite" not in line
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. a resume that cannot work is refused before anything is rebuilt
+
+
+@pytest.mark.parametrize("change", ["vocab_size", "corpus", "deleted"])
+def test_a_refused_resume_leaves_tokenizer_and_store_untouched(
+    change: str, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data, ignore=shutil.ignore_patterns("run", "tokenizer", "tokens"))
+    run_dir = tmp_path / "run"
+    own = {"tokenizer.path": str(run_dir / "tok"), "data.store": str(run_dir / "tokens")}
+    assert run_cli(capsys, "pretrain", *set_options(data, run_dir, **QUICK, **own))[0] == 0
+    extra = dict(own)
+    if change == "vocab_size":
+        extra["tokenizer.vocab_size"] = 180
+    elif change == "corpus":
+        with open(data / "train.txt", "a") as handle:
+            handle.write("A new line that changes the corpus.\n")
+    else:
+        shutil.rmtree(run_dir / "tok")
+    before = snapshot(run_dir)
+    code, lines = run_cli(capsys, "pretrain", *set_options(data, run_dir, **QUICK, **extra), "--resume")
+    assert code == 2
+    newest = run_dir / "checkpoints" / "step-4"
+    assert_one_error_line(lines, "mlmtrain: checkpoint: ", f"tokenizer.pretrained={newest}")
+    assert snapshot(run_dir) == before
+    # the way back the message names works, and continues the run
+    way_back = {**extra, "tokenizer.pretrained": str(newest), "train.max_steps": 6}
+    code, lines = run_cli(capsys, "pretrain", *set_options(data, run_dir, **way_back), "--resume")
+    assert code == 0, lines
+    assert assert_checkpoints_sound(run_dir).name == "step-6"
+
+
+def test_a_resume_with_another_model_size_is_refused_before_tokenizing(
+    finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mlmtrain.train
+
+    def no_tokenizing(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("tokenized before checking the checkpoint")
+
+    monkeypatch.setattr(mlmtrain.train, "_ensure_data", no_tokenizing)
+    options = set_options(tiny_data, finished_run, **QUICK, **{"model.hidden_size": 48})
+    code, lines = run_cli(capsys, "pretrain", *options, "--resume")
+    assert code == 2
+    assert_one_error_line(lines, "hidden_size=32", "the config says 48")
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. a second stop signal
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first,second", [(signal.SIGTERM, signal.SIGTERM), (signal.SIGINT, signal.SIGTERM)])
+def test_a_second_signal_still_saves_the_checkpoint_or_says_it_is_lost(
+    first: int, second: int, tiny_data: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    # a model big enough that a step and a save take a while, so the second signal lands amid them
+    big = {
+        "train.max_steps": 400,
+        "checkpoint.save_every": 0,
+        "train.eval_every": 0,
+        "model.hidden_size": 256,
+        "model.intermediate_size": 1024,
+        "model.num_layers": 4,
+        "model.num_heads": 4,
+    }
+    process = start_pretrain(tiny_data, run_dir, **big)
+    wait_for(lambda: logged_steps(run_dir) >= 2, process, run_dir)
+    process.send_signal(first)
+    time.sleep(0.05)
+    process.send_signal(second)
+    code = finish(process, run_dir)
+    said = output(run_dir)
+    assert "Traceback" not in said, said
+    stopped_at = max(line["step"] for line in metric_lines(run_dir) if "loss" in line)
+    if code == 0:  # the save was finished: the checkpoint of the last step is there
+        assert f"stopped at step {stopped_at}" in said, said
+        assert assert_checkpoints_sound(run_dir).name == f"step-{stopped_at}"
+    else:  # or the user was told, in words, that the steps since the last checkpoint are lost
+        assert "without a checkpoint" in said, said
+        assert code != 0
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. write errors outside the checkpoint writer
+
+
+def test_a_full_disk_while_writing_the_token_store_is_one_line(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    write_corpus(tmp_path / "train.txt", 2000, seed=3)
+    options = set_options(
+        tiny_data,
+        tmp_path / "run",
+        **{
+            "data.train": str(tmp_path / "train.txt"),
+            "data.store": str(tmp_path / "store"),
+            "tokenizer.pretrained": str(tiny_data / "tokenizer"),
+            "tokenizer.path": str(tmp_path / "tok"),
+        },
+    )
+    with file_size_limit(30_000):  # the tokenizer (about 5 kB) fits, the train shard (about 100 kB) does not
+        code, lines = run_cli(capsys, "tokenize", *options)
+    assert code == 2
+    assert_one_error_line(lines, "mlmtrain: data: could not write the token store", str(tmp_path / "store"))
+    assert not (tmp_path / "store").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".store")] == []
+
+
+def test_a_full_disk_while_writing_the_tokenizer_is_one_line(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    options = set_options(tiny_data, tmp_path / "run", **{"tokenizer.path": str(tmp_path / "tok")})
+    with file_size_limit(2_000):
+        code, lines = run_cli(capsys, "tokenize", *options)
+    assert code == 2
+    assert_one_error_line(lines, "mlmtrain: tokenizer: could not write", str(tmp_path / "tok"))
+    assert not (tmp_path / "tok").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tok")] == []
+
+
+def test_a_full_disk_while_appending_metrics_keeps_training_and_the_file_valid(
+    tiny_config, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    cfg = tiny_config(**{**QUICK, "train.max_steps": 6})
+    run_dir = Path(cfg.train.run_dir)
+    real_write, room = os.write, [300]
+
+    def write(fd: int, data: bytes) -> int:
+        """metrics.jsonl on a disk that fills up after 300 bytes: the write stops midway, as a real one does."""
+        if not os.readlink(f"/proc/self/fd/{fd}").endswith("metrics.jsonl"):
+            return real_write(fd, data)
+        if len(data) > room[0]:
+            real_write(fd, data[: room[0]])
+            room[0] = 0
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        room[0] -= len(data)
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    assert pretrain(cfg).name == "step-6"  # the run goes on and saves its checkpoints
+    said = capsys.readouterr().err
+    assert said.count("metrics.jsonl") == 1 and os.strerror(errno.ENOSPC) in said, said
+    assert len(metric_lines(run_dir)) >= 1  # every line is whole JSON: the torn one was cut back
+
+
+def test_a_resumed_run_repairs_a_torn_last_metrics_line(finished_run: Path, tiny_data: Path, capsys) -> None:
+    metrics = finished_run / "metrics.jsonl"
+    whole = metrics.read_text()
+    metrics.write_text(whole + '{"step": 5, "loss": 3.1')  # a kill amid a write
+    options = set_options(tiny_data, finished_run, **{**QUICK, "train.max_steps": 6})
+    code, lines = run_cli(capsys, "pretrain", *options, "--resume")
+    assert code == 0, lines
+    records = metric_lines(finished_run)
+    assert [r["step"] for r in records if "loss" in r][-2:] == [5, 6]
+    assert any("metrics.jsonl" in line and "torn" in line for line in lines), lines
+
+
+# ---------------------------------------------------------------------------------------------
+# 6 and 11. unusable run folders
+
+
+def test_a_checkpoints_entry_that_is_a_file_is_refused_before_training(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "checkpoints").write_text("not a folder")
+    code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, run_dir, **QUICK), "--resume")
+    assert code == 2
+    assert_one_error_line(lines, str(run_dir / "checkpoints"), "is a file")
+    assert not (run_dir / "metrics.jsonl").exists()
+
+
+def test_a_lock_that_is_a_folder_is_one_line(tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / ".lock").mkdir(parents=True)
+    code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, run_dir, **QUICK))
+    assert code == 2
+    assert_one_error_line(lines, str(run_dir / ".lock"), "is a folder")
+    assert (run_dir / ".lock").is_dir()
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. one very long line without whitespace
+
+
+def test_a_long_word_does_not_stall_tokenizer_training(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    write_corpus(tmp_path / "train.txt", 300, seed=1)
+    with open(tmp_path / "train.txt", "a") as handle:
+        handle.write("x" * 200_000 + "\n")  # unpatched: about 26 s for the trainer alone (6.5 s at 100 kB)
+    options = set_options(tmp_path, tmp_path / "run", **{"data.validation": str(tmp_path / "train.txt")})
+    started = time.perf_counter()
+    code, lines = run_cli(capsys, "tokenize", *options)
+    assert code == 0, lines
+    assert time.perf_counter() - started < 12  # on a shared machine; a few seconds alone
+    assert any("longer than 100 characters" in line for line in lines), lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Weak answers
+
+
+def test_tokenize_beside_a_running_pretrain_on_the_same_run_dir_refuses(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from mlmtrain.guard import RunLock
+
+    run_dir = tmp_path / "run"
+    lock = RunLock(run_dir)  # what a live pretrain holds
+    try:
+        code, lines = run_cli(capsys, "tokenize", *set_options(tiny_data, run_dir))
+    finally:
+        lock.release()
+    assert code == 2
+    assert_one_error_line(lines, "is in use by a running mlmtrain")
+
+
+@pytest.mark.slow
+def test_sigterm_while_pretrain_tokenizes_says_so(tmp_path: Path) -> None:
+    write_corpus(tmp_path / "train.txt", 100_000, seed=1)
+    write_corpus(tmp_path / "valid.txt", 60, seed=2)
+    run_dir = tmp_path / "run"
+    process = start_pretrain(tmp_path, run_dir)
+
+    def encoding() -> bool:
+        return any(p.name.startswith(".tokens.tmp-") for p in tmp_path.iterdir())
+
+    wait_for(encoding, process, run_dir)  # the store is being written
+    process.send_signal(signal.SIGTERM)
+    assert finish(process, run_dir) == 130, output(run_dir)
+    assert output(run_dir).strip().splitlines()[-1] == "mlmtrain: interrupted", output(run_dir)
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # the half-written store was removed
+
+
+def run_offline(tmp_path: Path, *args: str, **env: str) -> tuple[float, list[str]]:
+    """`mlmtrain ARGS` in a process that cannot reach the Hub: (seconds, stderr lines); exit code 2 asserted."""
+    env = {**CHILD_ENV, "HF_HOME": str(tmp_path / "hf"), **env}
+    for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        env.setdefault(variable, "0")
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "mlmtrain", *args], capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT_S
+    )
+    assert done.returncode == 2, done.stderr
+    return time.perf_counter() - started, done.stderr.strip().splitlines()
+
+
+def test_an_unreachable_hub_source_is_one_quick_line(tmp_path: Path) -> None:
+    config = tmp_path / "hub.yaml"
+    config.write_text(f"data:\n  train: hf:someone/corpus:train\ntrain:\n  run_dir: {tmp_path / 'run'}\n")
+    seconds, lines = run_offline(tmp_path, "tokenize", "--config", str(config), HF_ENDPOINT="http://127.0.0.1:9")
+    assert_one_error_line(lines, "hf:someone/corpus:train", "unreachable")
+    assert seconds < 15
+
+
+def test_a_hub_tokenizer_in_offline_mode_is_one_line(tiny_data: Path, tmp_path: Path) -> None:
+    options = set_options(tiny_data, tmp_path / "run", **{"tokenizer.path": str(tmp_path / "tok")})
+    _, lines = run_offline(tmp_path, "tokenize", *options, "--tokenizer", "someone/tok", HF_HUB_OFFLINE="1")
+    assert_one_error_line(lines, "someone/tok", "unreachable", "HF_HUB_OFFLINE")
+
+
+def test_the_memory_estimate_counts_the_parameters_of_the_built_model() -> None:
+    from mlmtrain.config import ModelConfig
+    from mlmtrain.model import build_model, count_parameters, parameter_count
+
+    cfg = ModelConfig(hidden_size=48, num_layers=3, num_heads=4, intermediate_size=96, max_position_embeddings=64)
+    assert parameter_count(cfg, 203) == count_parameters(build_model(cfg, vocab_size=203, pad_id=0))
