@@ -191,15 +191,21 @@ def test_quick_downstream(tmp_path: Path) -> None:
     out = tmp_path / "results"
     task = _tiny_task(tmp_path / "task")
     common = ["--quick", "--train", "builtin:python-docs", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
-    _run([sys.executable, str(SCRIPT), *common, "--sections", "downstream", "--task", str(task)])
+    _run([sys.executable, str(SCRIPT), *common, "--sections", "downstream,electra", "--task", str(task)])
     report = _report(out)
     downstream = report["downstream"]
+    # after the downstream section, the electra section adds ELECTRA only: MLM and untrained are the same runs
+    electra = report["electra"]["rows"]
+    assert electra["ours"]["values"] == downstream["ours"]["score"]["values"]
+    assert electra["untrained"]["values"] == downstream["untrained"]["score"]["values"]
+    assert len(electra["electra"]["values"]) == 2 and electra["electra"]["steps"] > 0
     for name in ("ours", "hf", "untrained"):
         score = downstream[name]["score"]
         assert len(score["values"]) == 2 and 0 <= score["mean"] <= 1 and score["half_width"] >= 0
     assert downstream["ours"]["pretrain_steps"] > 0 and downstream["hf"]["pretrain_steps"] > 0
     assert "mlmtrain probe" in downstream["probe_command"]
     assert [v["figure"] for v in report["verdicts"]] == [
+        "electra - mlm test accuracy, equal time",
         "downstream: ours - untrained, beyond both intervals",
         "downstream: ours / HF recipe at equal time",
     ]
