@@ -153,7 +153,7 @@ DEFAULTS = {
     "probe_train_examples": 2000,
     "probe_eval_examples": 0,
 }
-# --sections downstream alone: a vocabulary at which 2 cores get past unigram statistics in ten minutes
+# --sections downstream and/or electra alone: a vocabulary at which 2 cores get past unigram statistics in ten minutes
 # (30,522 words and three minutes do not); with other sections the shared --vocab-size holds.
 DOWNSTREAM_ONLY = {"vocab_size": 8000}
 QUICK = {
@@ -1417,7 +1417,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     defaults = QUICK if args.quick else DEFAULTS
-    if not args.quick and args.sections.strip() == "downstream":
+    if not args.quick and set(args.sections.replace(" ", "").split(",")) <= {"downstream", "electra"}:
         defaults = {**defaults, **DOWNSTREAM_ONLY}
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -1491,10 +1491,10 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
         results["recipes"] = section_recipes(setup)
     if "growth" in sections:
         results["growth"] = section_growth(setup)
-    if "electra" in sections:
-        results["electra"] = section_electra(setup, results.get("downstream"))
     if "downstream" in sections:
         results["downstream"] = section_downstream(setup)
+    if "electra" in sections:  # after downstream: it reuses that section's MLM model and untrained scores
+        results["electra"] = section_electra(setup, results.get("downstream"))
     results["verdicts"] = verdicts(results, "cuda" if setup.device.startswith("cuda") else "cpu")
     return results
 

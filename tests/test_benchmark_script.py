@@ -199,6 +199,7 @@ def test_quick_downstream(tmp_path: Path) -> None:
     assert electra["ours"]["values"] == downstream["ours"]["score"]["values"]
     assert electra["untrained"]["values"] == downstream["untrained"]["score"]["values"]
     assert len(electra["electra"]["values"]) == 2 and electra["electra"]["steps"] > 0
+    assert not (tmp_path / "work" / "runs" / "objective-mlm").exists()  # reused, not pretrained again
     for name in ("ours", "hf", "untrained"):
         score = downstream[name]["score"]
         assert len(score["values"]) == 2 and 0 <= score["mean"] <= 1 and score["half_width"] >= 0
@@ -216,6 +217,7 @@ def test_downstream_runs_only_when_asked_with_its_own_vocabulary(bench) -> None:
     assert "downstream" not in bench.parse_args([]).sections
     alone = bench.parse_args(["--sections", "downstream"])
     assert alone.vocab_size == 8000 and alone.downstream_budget == 600 and alone.seeds >= 3
+    assert bench.parse_args(["--sections", "downstream,electra"]).vocab_size == 8000
     assert bench.parse_args(["--sections", "downstream,limit"]).vocab_size == 30522  # shared with the other sections
     assert not bench.Verdict("beyond the intervals", 0.0, ">", 0.0).passed  # a tie is not a win
 
