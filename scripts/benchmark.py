@@ -8,8 +8,8 @@ in time to a target perplexity, and in how cost grows with sequence length and m
 
 1. throughput: steady-state training tokens/s of `mlmtrain pretrain` against `transformers.Trainer` +
    `DataCollatorForLanguageModeling` + `BertForMaskedLM` on text grouped into blocks as run_mlm.py does it.
-2. limit: tokens/s of a bare forward + backward + clip + AdamW step of the same model (sparse head) on batches
-   already in memory; ours / limit is what the loop and the data path leave of it.
+2. limit: tokens/s of the loop's own `train_step` (forward with the sparse head, backward, clip, lr, AdamW) on
+   micro-batches fetched beforehand; ours / limit is what the loop and the data path leave of it.
 3. quality: training seconds (evaluation excluded) each side needs to reach a target validation perplexity, from
    the same initial weights, each with its default recipe, scored by one evaluator (`evaluate_blocks`, fixed masks).
 4. tuned: as quality, but the HF recipe gets our learning rate, warm-up and schedule (over its time budget), and
