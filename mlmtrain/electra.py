@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from mlmtrain.config import Config, MaskingConfig
 from mlmtrain.errors import UserError
-from mlmtrain.evaluate import _autocast, _eval_mode
+from mlmtrain.evaluate import autocast_context, eval_mode
 from mlmtrain.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
 from mlmtrain.model import padded_vocab_size
 
@@ -294,12 +294,12 @@ def evaluate_electra(
     nll, correct, masked = 0.0, 0, 0
     scores: list[np.ndarray] = []
     truth: list[np.ndarray] = []
-    with _eval_mode(pair):
+    with eval_mode(pair):
         for start in range(0, len(indices), batch_size):
             chunk = indices[start : start + batch_size]
             batch = collator([{"input_ids": blocks[i], "epoch": 0, "index": int(i)} for i in chunk])
             batch = {k: v.to(device) for k, v in batch.items()}
-            with _autocast(device, autocast_dtype):
+            with autocast_context(device, autocast_dtype):
                 out = pair.step(batch["input_ids"], batch["labels"], batch.get("attention_mask"), sampler)
             logits = out.generator_logits.float()
             nll += float(F.cross_entropy(logits, out.targets, reduction="sum"))

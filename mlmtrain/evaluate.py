@@ -125,12 +125,13 @@ class BlockScores:
         )
 
 
-def _autocast(device: torch.device, autocast_dtype: Optional[torch.dtype]) -> Any:
+def autocast_context(device: torch.device, autocast_dtype: Optional[torch.dtype]) -> Any:
+    """Autocast to `autocast_dtype` on `device`; no autocast (plain fp32) when it is None."""
     return torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
 
 
 @contextmanager
-def _eval_mode(mlm: Any) -> Iterator[None]:
+def eval_mode(mlm: Any) -> Iterator[None]:
     """Dropout off while scoring; the caller's mode (training, between steps) comes back afterwards."""
     was_training = mlm.training
     mlm.eval()
@@ -156,12 +157,12 @@ def score_blocks(
 ) -> None:
     """Add the masked-LM NLL of blocks[i], for i in `indices`, to `scores`; block i is masked as block i of epoch 0."""
     collator = MaskingCollator(vocab, masking, seed=seed)
-    with _eval_mode(mlm):
+    with eval_mode(mlm):
         for start in range(0, len(indices), batch_size):
             chunk = indices[start : start + batch_size]
             batch = collator([{"input_ids": blocks[i], "epoch": 0, "index": int(i)} for i in chunk])
             batch = {k: v.to(device) for k, v in batch.items()}
-            with _autocast(device, autocast_dtype):
+            with autocast_context(device, autocast_dtype):
                 nll, counts, correct = per_row_nll(
                     mlm, batch["input_ids"], batch["labels"], batch.get("attention_mask")
                 )
@@ -210,7 +211,7 @@ def score_pseudo(
     positions = (~torch.isin(ids, special)).nonzero().squeeze(1)[:max_positions]
     total = torch.zeros((), dtype=torch.float64, device=device)
     correct = 0
-    with _eval_mode(mlm):
+    with eval_mode(mlm):
         for start in range(0, len(positions), batch_size):
             chunk = positions[start : start + batch_size]
             rows = torch.arange(len(chunk), device=device)
@@ -218,7 +219,7 @@ def score_pseudo(
             copies[rows, chunk] = vocab.mask_id
             labels = torch.full_like(copies, IGNORE_INDEX)
             labels[rows, chunk] = ids[chunk]
-            with _autocast(device, autocast_dtype):
+            with autocast_context(device, autocast_dtype):
                 nll, _, hits = per_row_nll(mlm, copies, labels, None)
             total += nll.sum()
             correct += int(hits.sum())

@@ -10,7 +10,6 @@ import math
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -21,7 +20,7 @@ from tqdm import tqdm
 
 from mlmtrain.config import OptimConfig
 from mlmtrain.errors import UserError
-from mlmtrain.evaluate import check_checkpoint_folder, first_line, quiet_transformers
+from mlmtrain.evaluate import autocast_context, check_checkpoint_folder, first_line, quiet_transformers
 from mlmtrain.optim import build_optimizer, learning_rate, set_learning_rate
 from mlmtrain.tasks import Split, Task, TaskFields, load_task
 
@@ -151,9 +150,8 @@ def batches(
 
 def _autocast(device: torch.device) -> Any:
     """bf16 autocast on GPUs that have it; plain fp32 elsewhere (CPU results then repeat exactly for a seed)."""
-    if device.type == "cuda" and torch.cuda.is_bf16_supported():
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return nullcontext()
+    use_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    return autocast_context(device, torch.bfloat16 if use_bf16 else None)
 
 
 def _is_path(name: str) -> bool:

@@ -21,6 +21,7 @@ from mlmtrain.config import Config
 from mlmtrain.data import BatchLayout, LiveMicroBatches, MicroBatches, StoreBlocks, batch_layout, make_loader
 from mlmtrain.distributed import DistContext, all_reduce_sum
 from mlmtrain.errors import UserError
+from mlmtrain.evaluate import autocast_context
 from mlmtrain.masking import MaskingCollator, VocabInfo
 from mlmtrain.objective import Objective, build_trained, objective_of, step_module
 from mlmtrain.optim import apply_optim_config, build_optimizer, learning_rate, set_learning_rate
@@ -69,9 +70,7 @@ class Parts:
         return self.precision.dtype
 
     def autocast(self) -> Any:
-        if self.autocast_dtype is None:
-            return nullcontext()
-        return torch.autocast(self.ctx.device.type, dtype=self.autocast_dtype)
+        return autocast_context(self.ctx.device, self.autocast_dtype)
 
 
 def build_parts(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = None) -> Parts:
