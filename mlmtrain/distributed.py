@@ -6,6 +6,7 @@ rank 0 of 1 and never touches torch.distributed. No module-level state: callers 
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -81,9 +82,16 @@ def init_distributed(device_name: str = "auto") -> DistContext:
 
 
 def teardown(ctx: DistContext) -> None:
-    """Leave the process group; safe to call twice and after errors."""
+    """Leave the process group; safe to call twice and after errors.
+
+    destroy_process_group only forgets the group: the DDP wrapper still holds it, and gloo's worker threads live
+    until the group object is freed. Left to the interpreter's exit, that free can race a worker thread that
+    needs the GIL to release its last tensors, and the process aborts ("terminate called without an active
+    exception") after a successful run. Collecting now joins those threads while Python is still alive.
+    """
     if ctx.distributed and dist.is_initialized():
         dist.destroy_process_group()
+        gc.collect()
 
 
 def all_reduce_sum(ctx: DistContext, values: torch.Tensor) -> torch.Tensor:
