@@ -37,7 +37,6 @@ from mlmtrain.tokenizer import load_tokenizer
 from mlmtrain.tokens import TokenStore, tokenize_corpus
 
 REPO = Path(__file__).resolve().parents[1]
-WIKI_DIR = REPO.parent / "shared" / "corpora" / "wikipedia-vital-summaries"
 MINI_CONFIG = REPO / "configs" / "mini.yaml"
 DEFAULT_WORK_DIR = Path("/tmp/mlmtrain-bench-data")
 VOCAB_SIZE = 30522
@@ -228,11 +227,6 @@ def bench_pipeline(
 # the corpus, tokenizer and token store
 
 
-def default_corpus() -> str:
-    train = WIKI_DIR / "train.txt"
-    return str(train) if train.exists() else "builtin:python-docs"
-
-
 def prepare_store(corpus: str, work_dir: Path, vocab_size: int = VOCAB_SIZE) -> Config:
     """Tokenizer and token store of `corpus` in `work_dir` (trained and encoded once, then reused)."""
     validation = "null"  # builtin / other sources: hold out data.validation_fraction
@@ -261,9 +255,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--corpus",
-        default=None,
-        help="training text; default: the wikipedia-vital-summaries train.txt "
-        "in ../shared/corpora (its valid.txt as validation), else builtin:python-docs",
+        default="builtin:python-docs",
+        help="training text: a file (a valid.txt beside it is the validation text) or builtin:python-docs (default)",
     )
     parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR, help="tokenizer + token store, reused")
     parser.add_argument("--blocks", type=int, default=None, help="blocks of 128 tokens per collator round (2048)")
@@ -296,8 +289,6 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     unknown = sorted(set(args.sections) - set(SECTIONS))
     if unknown or not args.sections:
         parser.error(f"--sections takes a comma-separated subset of {','.join(SECTIONS)} (got {unknown or 'none'})")
-    if args.corpus is None:
-        args.corpus = default_corpus()
     return args
 
 

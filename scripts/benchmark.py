@@ -73,7 +73,6 @@ from mlmtrain.tokens import tokenize_corpus
 from mlmtrain.train import eval_set
 
 REPO = Path(__file__).resolve().parent.parent
-WIKI = REPO.parent / "shared" / "corpora" / "wikipedia-vital-summaries"
 SECTIONS = (
     "throughput",
     "limit",
@@ -87,7 +86,6 @@ SECTIONS = (
     "electra",
 )
 DEFAULT_SECTIONS = SECTIONS[:8]  # downstream and electra pretrain for many minutes and fine-tune: only when asked
-TASK = REPO.parent / "shared" / "tasks" / "wikipedia-vital-topics"
 H200_DENSE_BF16_TFLOPS = 989.0
 HF_MLM_PROBABILITY = 0.15  # what run_mlm.py hands DataCollatorForLanguageModeling
 LABELS = {
@@ -844,7 +842,7 @@ def section_recipes(setup: Setup) -> dict[str, Any]:
         last = run["evals"][-1]
         rows[name] = {"steps": run["steps"], "train_seconds": last["train_seconds"], "eval_ppl": last["eval_ppl"]}
     probes = {name: None for name in runs}
-    if Path(setup.args.task).is_dir():  # the downstream judgement of each final model, fine-tuned alike
+    if setup.args.task:  # the downstream judgement of each final model, fine-tuned alike
         reports = finetune_all(setup, {name: Path(run["checkpoint"]) for name, run in runs.items()})
         probes = {name: mean_interval([r["accuracy"] for r in runs_of]) for name, runs_of in reports.items()}
     for name in rows:
@@ -1377,7 +1375,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         help="both sides; default: ours train.precision auto, the HF recipe bf16 on CUDA and fp32 on CPU",
     )
     add("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    add("--train", help="training text (default ../shared wikipedia-vital-summaries, else builtin:python-docs)")
+    add("--train", help="training text: a file, glob or builtin:python-docs (the default)")
     add("--valid", help="validation text (default valid.txt beside --train, else 5 %% of the training documents)")
     add("--vocab-size", type=int, help="WordPiece vocabulary (default 30522)")
     add(
@@ -1397,11 +1395,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add("--target-ppl", type=float, help="default: the lowest perplexity the HF recipe reached in its budget")
     add("--peak-tflops", type=float, default=H200_DENSE_BF16_TFLOPS, help="peak for MFU (default H200 dense bf16)")
     add("--probe-epochs", type=int, help="downstream, electra, recipes: fine-tuning epochs (default 3)")
-    add(
-        "--task",
-        default=str(TASK),
-        help="downstream: the labeled task folder (default ../shared wikipedia-vital-topics)",
-    )
+    add("--task", help="downstream, electra, recipes: a labeled task folder (train/valid/test) to fine-tune on")
     add("--downstream-budget", type=float, help="downstream, electra: pretraining seconds per contestant (default 600)")
     add("--seeds", type=int, help="downstream, electra, recipes: fine-tuning seeds per model (default 3)")
     add("--probe-lr", type=float, help="downstream: fine-tuning learning rate (default 3e-4)")
@@ -1423,7 +1417,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.train is None:
-        args.train = str(WIKI / "train.txt") if (WIKI / "train.txt").is_file() else "builtin:python-docs"
+        args.train = "builtin:python-docs"
     if args.valid is None:
         args.valid = default_valid(args.train)
     return args
@@ -1440,9 +1434,11 @@ def check_args(args: argparse.Namespace) -> set[str]:
         raise BenchmarkError("--growth-steps must be >= 4")
     if args.rounds < 1:
         raise BenchmarkError("--rounds must be >= 1")
+    if args.task and not Path(args.task).is_dir():
+        raise BenchmarkError(f"--task {args.task} is not a folder: pass a labeled task folder (train/valid/test files)")
     finetuned = {"downstream", "electra"} & sections
-    if finetuned and not Path(args.task).is_dir():
-        raise BenchmarkError(f"{min(finetuned)} needs a labeled task folder; {args.task} is none: pass --task FOLDER")
+    if finetuned and not args.task:
+        raise BenchmarkError(f"{min(finetuned)} needs a labeled task folder: pass --task FOLDER")
     if finetuned and args.seeds < 2:
         raise BenchmarkError("--seeds must be >= 2: the interval over seeds needs two")
     if {"throughput", "quality", "tuned", "recipe", "recipes", "downstream"} & sections:
