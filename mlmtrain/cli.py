@@ -102,7 +102,10 @@ def eval_perplexity(
         help="Masked-LM folder (any BertForMaskedLM-compatible checkpoint; of an ELECTRA run: its generator).",
     ),
     data: Optional[str] = typer.Option(
-        None, "--data", "-d", help="Text source: a path, glob, 'builtin:python-docs' or 'hf:NAME[/CONFIG]:SPLIT'."
+        None,
+        "--data",
+        "-d",
+        help="Text source: a path, glob, 'builtin:python-docs', 'builtin:python-docstrings', 'hf:NAME[/CONFIG]:SPLIT'.",
     ),
     config: Optional[Path] = typer.Option(
         None, "--config", "-c", help="Take the validation source and masking settings from this config."

@@ -44,7 +44,7 @@ class DataConfig:
     train: Source = _f(
         "builtin:python-docs",
         "training text: a path, glob or list of them (.txt .jsonl .json .parquet .csv), "
-        "'builtin:python-docs', or 'hf:NAME[/CONFIG]:SPLIT'",
+        "'builtin:python-docs', 'builtin:python-docstrings', or 'hf:NAME[/CONFIG]:SPLIT'",
     )
     validation: Union[Source, None] = _f(
         None, "validation text (same forms as train); null splits validation_fraction off train"

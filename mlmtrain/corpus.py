@@ -28,8 +28,14 @@ Spec = Union[str, list[str]]
 _KINDS = {".txt": "txt", ".jsonl": "jsonl", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 _GZIP_KINDS = ("txt", "jsonl", "json", "csv")
 SUPPORTED_SUFFIXES = ", ".join([*_KINDS, *(s + ".gz" for s, k in _KINDS.items() if k in _GZIP_KINDS)])
-BUILTINS = ("python-docs",)
-_MIN_PYTHON_DOCS_CHARS = 20  # shorter paragraphs of the Python docs are headings and markup debris
+BUILTINS = ("python-docs", "python-docstrings")
+_MIN_PYTHON_DOCS_CHARS = 15  # shorter paragraphs of the Python docs are markup debris ("The break statement" is not)
+_BUILTIN_FORMAT = 2  # bump when the builtin corpora's cleaning changes, so their token stores are rebuilt
+# The docs mark keywords and names up in quotes ('the "break" statement'): prose keeps the bare word.
+_QUOTED_NAME = re.compile(r'"([A-Za-z_][A-Za-z0-9_]*)"')
+_RULE_LINE = re.compile(r"^\s*[*=\-^~+]{3,}\s*$", re.MULTILINE)  # a heading's underline
+# Test suites, demos and vendored packages of the standard library: not documentation prose.
+_STDLIB_SKIPPED = frozenset({"test", "tests", "idlelib", "turtledemo", "lib2to3", "site-packages", "__pycache__"})
 _JSON_READ_CHARS = 1 << 16  # text read at a time into the incremental parser of a .json array
 _PARQUET_BATCH_ROWS = 256  # rows per record batch: small, since one row may be a long document
 _BLANK_LINES = re.compile(r"\n\s*\n")
@@ -258,7 +264,16 @@ class _File:
 # Builtin and hub sources
 
 
+def _prose(paragraph: str) -> Union[str, None]:
+    """One paragraph of documentation as a line of prose; None for code, grammar and headings' debris."""
+    if ">>>" in paragraph or "::=" in paragraph:  # an interactive example or a grammar rule: code, not prose
+        return None
+    text = " ".join(_QUOTED_NAME.sub(r"\1", _RULE_LINE.sub("", paragraph)).split())
+    return text if len(text) >= _MIN_PYTHON_DOCS_CHARS else None
+
+
 def _python_docs() -> Iterator[str]:
+    """The topics of the interactive help (`pydoc_data`): the language reference's chapters, as plain text."""
     try:
         from pydoc_data.topics import topics
     except ImportError:
@@ -267,9 +282,43 @@ def _python_docs() -> Iterator[str]:
         ) from None
     for name in sorted(topics):
         for paragraph in _BLANK_LINES.split(topics[name]):
-            text = " ".join(paragraph.split())
-            if len(text) >= _MIN_PYTHON_DOCS_CHARS:
+            text = _prose(paragraph)
+            if text is not None:
                 yield text
+
+
+def _stdlib_sources() -> list[Path]:
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = []
+    for folder, subfolders, names in os.walk(root):
+        subfolders[:] = sorted(d for d in subfolders if d not in _STDLIB_SKIPPED and not d.startswith("test"))
+        files += [Path(folder) / name for name in sorted(names) if name.endswith(".py")]
+    if not files:
+        raise _data_error(
+            f"builtin:python-docstrings reads the standard library's source, and {root} holds none; "
+            "point data.train at your own text"
+        )
+    return files
+
+
+def _python_docstrings() -> Iterator[str]:
+    """The docstrings of the standard library's Python modules, classes and functions, read with `ast` (nothing is
+    imported or run), paragraph by paragraph; examples and other code are left out."""
+    import ast
+
+    for path in _stdlib_sources():
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except (SyntaxError, ValueError, OSError):  # a file for another Python version, or unreadable: not prose
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                for paragraph in _BLANK_LINES.split(ast.get_docstring(node) or ""):
+                    text = _prose(paragraph)
+                    if text is not None:
+                        yield text
 
 
 @dataclass(frozen=True)
@@ -277,14 +326,15 @@ class _Builtin:
     name: str
 
     def texts(self, stats: CorpusStats) -> Iterator[str]:
-        return _python_docs()
+        return _python_docstrings() if self.name == "python-docstrings" else _python_docs()
 
     def identity(self) -> dict[str, Any]:
-        # The topics text changes with the Python release.
-        return {"builtin": self.name, "python": ".".join(map(str, sys.version_info[:3]))}
+        # The text changes with the Python release.
+        return {"builtin": self.name, "python": ".".join(map(str, sys.version_info[:3])), "format": _BUILTIN_FORMAT}
 
     def describe(self) -> str:
-        return f"builtin:{self.name} (documentation topics of Python {sys.version_info[0]}.{sys.version_info[1]})"
+        what = "standard library docstrings" if self.name == "python-docstrings" else "documentation topics"
+        return f"builtin:{self.name} ({what} of Python {sys.version_info[0]}.{sys.version_info[1]})"
 
 
 def _hub_texts(dataset: Iterable[dict[str, Any]], field: str, where: str) -> Iterator[str]:

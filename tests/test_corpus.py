@@ -131,9 +131,31 @@ def test_builtin_python_docs_yields_many_clean_paragraphs():
     docs = list(corpus)
     assert len(docs) > 1000
     assert corpus.stats.bytes > 200_000
-    assert all(len(d) >= 20 and "\n" not in d and "  " not in d for d in docs)
+    assert all(len(d) >= 15 and "\n" not in d and "  " not in d for d in docs)
     assert any("assert" in d for d in docs)
     assert list(corpus) == docs  # re-iterable, same order
+    # prose, not markup: keywords without their quotes, headings without underlines, no examples or grammar
+    assert "The break statement" in docs and not any('"break"' in d for d in docs)
+    assert not any("***" in d or ">>>" in d or "::=" in d for d in docs)
+
+
+def test_builtin_python_docstrings_reads_the_standard_library_without_importing_it():
+    import sys
+
+    corpus = Corpus("builtin:python-docstrings")
+    before = set(sys.modules)
+    docs = list(corpus)
+    assert "turtle" not in set(sys.modules) - before and "tkinter" not in set(sys.modules) - before  # parsed only
+    assert len(docs) > 5000 and corpus.stats.bytes > 1_000_000
+    assert all(len(d) >= 15 and "\n" not in d and ">>>" not in d for d in docs)
+    assert "Return a list of lines from the stream." in docs  # io.IOBase.readlines, as written
+    assert "docstrings" in corpus.describe()
+    assert list(corpus) == docs  # the same order every pass (sorted files), as the store's fingerprint needs
+
+
+def test_the_builtin_corpora_combine_as_a_list():
+    both = Corpus(["builtin:python-docs", "builtin:python-docstrings"])
+    assert both.describe().count("builtin:") == 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -355,7 +377,7 @@ def test_empty_spec_and_unknown_builtin():
     for spec in ([], "", ["  "]):
         with pytest.raises(UserError, match="data.train names no source"):
             Corpus(spec)
-    with pytest.raises(UserError, match="python-docs"):
+    with pytest.raises(UserError, match="python-docs, python-docstrings"):
         Corpus("builtin:wikipedia")
 
 
