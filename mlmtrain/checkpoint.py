@@ -29,6 +29,7 @@ from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
 
 COMPLETE = "COMPLETE"
 STATE_FILE = "training_state.pt"
+MANIFEST_FILE = "checkpoint.json"  # the step, its metrics and the files the writer put in the folder
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 _LEFTOVER = re.compile(r"^\.(?:tmp-step-\d+|old-step-\d+|latest)-(\d+)$")  # ends in the writer's pid
 
@@ -94,7 +95,9 @@ def save_checkpoint(
             tokenizer.save_pretrained(str(model_folder))
         save_config(cfg, staging)
         torch.save(state, staging / STATE_FILE)
-        (staging / "checkpoint.json").write_text(json.dumps({"step": step, **(metrics or {})}, indent=1))
+        # the list of what this writer put in the folder: pruning deletes a checkpoint only if it holds nothing else
+        written = sorted([*_files_under(staging), MANIFEST_FILE, COMPLETE])
+        (staging / MANIFEST_FILE).write_text(json.dumps({"step": step, **(metrics or {}), "files": written}, indent=1))
         for model_folder in model_folders:  # a subfolder first, then the folder that holds its entry
             fsync_tree(model_folder)
         write_marker(staging / COMPLETE)
@@ -119,8 +122,26 @@ def save_checkpoint(
     return final
 
 
+def _files_under(folder: Path) -> list[str]:
+    """Every file below `folder`, as relative POSIX paths."""
+    return [path.relative_to(folder).as_posix() for path in folder.rglob("*") if not path.is_dir()]
+
+
+def check_latest_link(run_dir: Path) -> None:
+    """UserError if `checkpoints/latest` is something other than the link mlmtrain keeps there (a user's folder
+    or file): saving would have to replace it. Checked before a run starts, and again at each save."""
+    link = checkpoints_dir(run_dir) / "latest"
+    if link.exists() and not link.is_symlink():
+        raise UserError(
+            "checkpoint",
+            f"{link} is a {'folder' if link.is_dir() else 'file'}, not the link mlmtrain keeps there to the newest "
+            "checkpoint; move or rename it, then run again",
+        )
+
+
 def _point_latest(root: Path, target: Path) -> None:
     """`checkpoints/latest` -> step-N, replaced atomically (a symlink, so any tool can load it as a folder)."""
+    check_latest_link(root.parent)
     link = root / "latest"
     temporary = root / f".latest-{os.getpid()}"
     if temporary.is_symlink() or temporary.exists():
@@ -129,15 +150,44 @@ def _point_latest(root: Path, target: Path) -> None:
     os.replace(temporary, link)
 
 
-def prune_checkpoints(run_dir: Path, keep_last: int, keep: Optional[Path] = None) -> None:
-    """Remove all but the newest `keep_last` complete checkpoints (0 keeps all); `keep` is always spared."""
+def foreign_files(folder: Path) -> Optional[list[str]]:
+    """The files in a checkpoint folder that its writer did not list; None if it kept no list (a checkpoint of an
+    older mlmtrain, which cannot prove what it wrote)."""
+    try:
+        written = set(json.loads((folder / MANIFEST_FILE).read_text())["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return sorted(set(_files_under(folder)) - written)
+
+
+def prune_checkpoints(
+    run_dir: Path, keep_last: int, keep: Optional[Path] = None
+) -> list[tuple[Path, Optional[list[str]]]]:
+    """Remove all but the newest `keep_last` complete checkpoints (0 keeps all); `keep` is always spared, and so
+    is a checkpoint that holds files its writer did not list (a user's notes, a fine-tuned model) or that has no
+    list: those are returned as (folder, `foreign_files`), for the caller to say why they stay."""
+    spared: list[tuple[Path, Optional[list[str]]]] = []
     if keep_last <= 0:
-        return
+        return spared
     found = complete_checkpoints(run_dir)
     for _, folder in found[:-keep_last]:
-        if keep is None or folder.resolve() != keep.resolve():
-            (folder / COMPLETE).unlink(missing_ok=True)  # first: a kill amid the removal leaves no "complete" husk
-            shutil.rmtree(folder, ignore_errors=True)
+        if keep is not None and folder.resolve() == keep.resolve():
+            continue
+        foreign = foreign_files(folder)
+        if foreign != []:
+            spared.append((folder, foreign))
+            continue
+        (folder / COMPLETE).unlink(missing_ok=True)  # first: a kill amid the removal leaves no "complete" husk
+        shutil.rmtree(folder, ignore_errors=True)
+    return spared
+
+
+def why_spared(foreign: Optional[list[str]]) -> str:
+    """Why pruning left a checkpoint, in words (from `foreign_files`)."""
+    if foreign is None:
+        return "it has no list of the files mlmtrain wrote (an older mlmtrain saved it)"
+    named = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+    return f"it holds files mlmtrain did not write ({named})"
 
 
 def resolve_resume(run_dir: Path, resume: str) -> Optional[Path]:

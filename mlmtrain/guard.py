@@ -93,6 +93,7 @@ def check_before_start(cfg: Config, device: torch.device, resume_from: Optional[
     from mlmtrain.model import check_model_fits
 
     check_model_fits(cfg.model, cfg.tokenizer.vocab_size, device)
+    ckpt.check_latest_link(Path(cfg.train.run_dir))  # a user's folder named latest would fail the first save
     if resume_from is None:
         return
     ckpt.check_complete(resume_from)

@@ -135,6 +135,7 @@ class Loop:
         self.start_step = parts.state.step  # pause_after applies once: a resumed run goes on past it
         self.last_saved: Optional[Path] = ckpt.latest_checkpoint(run_dir) if self.ctx.is_main else None
         self.live_report = LiveReport(run_dir) if self.cfg.report.html else None
+        self.spared: set[Path] = set()  # old checkpoints keep-last left alone because they hold a user's files
 
     def run(self) -> Path:
         cfg, state, ctx = self.cfg, self.state, self.ctx
@@ -280,7 +281,10 @@ class Loop:
                 {"tokens": state.tokens, "eval_loss": eval_loss},
             )
             best = self.run_dir / "checkpoints" / f"step-{state.best_step}" if self.cfg.checkpoint.keep_best else None
-            ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, keep=best)
+            for old, foreign in ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, keep=best):
+                if old not in self.spared:  # said once per folder, not at every save
+                    self.spared.add(old)
+                    say(f"kept {old} past checkpoint.keep_last: {ckpt.why_spared(foreign)}; delete it if unneeded")
             if self.live_report is not None:
                 self.live_report.refresh()  # never raises: a failed page must not stop the run
             return folder

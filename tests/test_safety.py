@@ -8,6 +8,7 @@ a second stop signal, write errors outside the checkpoint writer, unusable run f
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import subprocess
@@ -431,3 +432,52 @@ def test_the_memory_estimate_counts_the_parameters_of_the_built_model() -> None:
 
     cfg = ModelConfig(hidden_size=48, num_layers=3, num_heads=4, intermediate_size=96, max_position_embeddings=64)
     assert parameter_count(cfg, 203) == count_parameters(build_model(cfg, vocab_size=203, pad_id=0))
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. a user's files inside the checkpoints folder
+
+
+def test_keep_last_spares_an_old_checkpoint_that_holds_a_users_file(
+    finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Pruning deletes only what the writer listed in checkpoint.json: a note the user left in an old checkpoint
+    keeps that checkpoint (and says so once), the others are pruned as before."""
+    checkpoints = finished_run / "checkpoints"
+    note = checkpoints / "step-2" / "my-notes.txt"
+    note.write_text("lr looked too high here")
+    more = {**QUICK, "train.max_steps": 10, "checkpoint.keep_last": 1}
+    code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, finished_run, **more), "--resume")
+    assert code == 0, lines
+    assert note.read_text() == "lr looked too high here"
+    assert {p.name for p in checkpoints.glob("step-*")} == {"step-2", "step-10"}  # step-4 .. step-8 pruned
+    kept = [line for line in lines if "kept" in line and "my-notes.txt" in line]
+    assert len(kept) == 1 and str(checkpoints / "step-2") in kept[0]
+
+
+def test_a_checkpoint_lists_every_file_its_writer_put_there(finished_run: Path) -> None:
+    from mlmtrain.checkpoint import MANIFEST_FILE, foreign_files
+
+    folder = finished_run / "checkpoints" / "step-4"
+    listed = json.loads((folder / MANIFEST_FILE).read_text())["files"]
+    on_disk = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    assert sorted(listed) == on_disk and {"model.safetensors", "COMPLETE", MANIFEST_FILE} <= set(listed)
+    assert foreign_files(folder) == []
+    (folder / "extra").mkdir()
+    (folder / "extra" / "eval.json").write_text("{}")
+    assert foreign_files(folder) == ["extra/eval.json"]
+    (folder / MANIFEST_FILE).write_text("{}")  # no list (an older checkpoint): nothing in it is provably ours
+    assert foreign_files(folder) is None
+
+
+def test_a_users_folder_named_latest_is_refused_before_training(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "latest").mkdir(parents=True)
+    (run_dir / "checkpoints" / "latest" / "keep.txt").write_text("mine")
+    code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, run_dir, **QUICK), "--resume")
+    assert code == 2
+    assert_one_error_line(lines, str(run_dir / "checkpoints" / "latest"), "is a folder")
+    assert (run_dir / "checkpoints" / "latest" / "keep.txt").read_text() == "mine"
+    assert not list((run_dir / "checkpoints").glob("step-*"))
