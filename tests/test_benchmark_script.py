@@ -123,7 +123,7 @@ def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
     assert precision["same_step"]["step"] == precision["steps"]  # the last step, evaluated on both
     assert precision["same_step"]["bf16_ppl"] != precision["same_step"]["fp32_ppl"]  # two real runs
     recipes = report["recipes"]
-    assert set(recipes["rows"]) == {"default", "fast", "hf"}
+    assert set(recipes["rows"]) == {"classic", "fast", "hf"}
     assert all(row["eval_ppl"] > 1 and row["steps"] > 0 for row in recipes["rows"].values())
     assert recipes["fast_recipe"]["model.dropout"] == 0.0
     assert (tmp_path / "work" / "runs" / "recipes-hf" / "checkpoints" / "final" / "config.json").is_file()
