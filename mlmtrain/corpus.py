@@ -28,7 +28,6 @@ Spec = Union[str, list[str]]
 _KINDS = {".txt": "txt", ".jsonl": "jsonl", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 _GZIP_KINDS = ("txt", "jsonl", "json", "csv")
 SUPPORTED_SUFFIXES = ", ".join([*_KINDS, *(s + ".gz" for s, k in _KINDS.items() if k in _GZIP_KINDS)])
-BUILTINS = ("python-docs", "python-docstrings")
 _MIN_PYTHON_DOCS_CHARS = 15  # shorter paragraphs of the Python docs are markup debris ("The break statement" is not)
 _BUILTIN_FORMAT = 2  # bump when the builtin corpora's cleaning changes, so their token stores are rebuilt
 # The docs mark keywords and names up in quotes ('the "break" statement'): prose keeps the bare word.
@@ -321,19 +320,26 @@ def _python_docstrings() -> Iterator[str]:
                         yield text
 
 
+# builtin:NAME -> (its texts, what they are); the names `_resolve` accepts
+_BUILTIN_SOURCES = {
+    "python-docs": (_python_docs, "documentation topics"),
+    "python-docstrings": (_python_docstrings, "standard library docstrings"),
+}
+
+
 @dataclass(frozen=True)
 class _Builtin:
     name: str
 
     def texts(self, stats: CorpusStats) -> Iterator[str]:
-        return _python_docstrings() if self.name == "python-docstrings" else _python_docs()
+        return _BUILTIN_SOURCES[self.name][0]()
 
     def identity(self) -> dict[str, Any]:
         # The text changes with the Python release.
         return {"builtin": self.name, "python": ".".join(map(str, sys.version_info[:3])), "format": _BUILTIN_FORMAT}
 
     def describe(self) -> str:
-        what = "standard library docstrings" if self.name == "python-docstrings" else "documentation topics"
+        what = _BUILTIN_SOURCES[self.name][1]
         return f"builtin:{self.name} ({what} of Python {sys.version_info[0]}.{sys.version_info[1]})"
 
 
@@ -455,8 +461,9 @@ def _resolve(spec: Spec, key: str, text_field: str, txt_documents: str) -> list[
     for entry in entries:
         if entry.startswith("builtin:"):
             name = entry.removeprefix("builtin:")
-            if name not in BUILTINS:
-                raise _data_error(f"{key}: unknown {entry!r}; the builtin corpora are {', '.join(BUILTINS)}")
+            if name not in _BUILTIN_SOURCES:
+                known = ", ".join(_BUILTIN_SOURCES)
+                raise _data_error(f"{key}: unknown {entry!r}; the builtin corpora are {known}")
             sources.append(_Builtin(name))
         elif entry.startswith("hf:"):
             sources.append(_Hub(*parse_hub_spec(entry, key), text_field))
