@@ -8,11 +8,13 @@ writes there; anything else in it (a corpus, notes, a run) makes the folder the 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -116,6 +118,36 @@ def replace_folder(
             "free disk space or fix permissions, then run again",
         ) from error
     shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def building(folder: Path, topic: str, key: str, on_wait: Callable[[], None]) -> Iterator[None]:
+    """Hold the exclusive right to build `folder` for the block.
+
+    Two mlmtrain processes that share a token store or tokenizer (a sweep of runs on one store) would otherwise
+    both build it at once, and the one that renames last replaces the other's. The second one waits here (after
+    `on_wait` says so) and then finds the folder built. The lock is `.<name>.lock` beside the folder, held by flock
+    (the kernel releases it when a process dies). It is opened for appending and never written, so a file of the
+    user's under that name is left as it was; it is not removed afterwards, as a waiter may hold it open.
+    """
+    folder = Path(folder)
+    path = folder.parent / f".{folder.name}.lock"
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a")
+    except OSError as error:
+        raise UserError(
+            topic, f"cannot create the lock file {path} for {key} {folder}: {write_failure(error, path)}"
+        ) from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        handle.close()  # closing the last descriptor releases the lock
 
 
 def write_failure(error: BaseException, path: Path) -> str:

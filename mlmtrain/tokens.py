@@ -15,7 +15,7 @@ import re
 import sys
 import time
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -25,7 +25,7 @@ import numpy as np
 from mlmtrain.config import Config, save_config
 from mlmtrain.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.errors import UserError
-from mlmtrain.files import check_replaceable, replace_folder
+from mlmtrain.files import building, check_replaceable, replace_folder
 from mlmtrain.progress import say
 
 STORE_FORMAT = 1
@@ -289,8 +289,19 @@ def planned_tokenizer_fingerprint(cfg: Config, train_corpus: Any) -> Optional[st
 def prepare_tokenizer(cfg: Config, train_corpus: Any) -> Any:
     """The tokenizer for this config: reused when it is already there and current, else trained and saved.
 
-    Returns a transformers fast tokenizer loaded from `cfg.tokenizer_dir`.
+    Returns a transformers fast tokenizer loaded from `cfg.tokenizer_dir`. Another mlmtrain building the same
+    folder is waited for (WordPiece training is not reproducible: two would make two different tokenizers).
     """
+    folder = cfg.tokenizer_dir
+    with building(folder, "tokenizer", "tokenizer.path", _waiting_for("the tokenizer", folder)):
+        return _prepare_tokenizer(cfg, train_corpus)
+
+
+def _waiting_for(what: str, folder: Path) -> Callable[[], None]:
+    return lambda: say(f"another mlmtrain is building {what} in {folder}; waiting for it to finish")
+
+
+def _prepare_tokenizer(cfg: Config, train_corpus: Any) -> Any:
     from mlmtrain.tokenizer import (
         TOKENIZER_FILES,
         TOKENIZER_META,
@@ -329,15 +340,21 @@ def prepare_tokenizer(cfg: Config, train_corpus: Any) -> Any:
 
 def tokenize_corpus(cfg: Config, quiet: bool = False) -> Path:
     """`mlmtrain tokenize`: train (or reuse) the tokenizer, then encode train and validation into the store."""
+    target = cfg.store_dir
+    # a store folder that is not ours is refused before the tokenizer is trained, and never replaced
+    check_replaceable(target, "meta.json", STORE_FILES, "data", "data.store")
+    # two runs sharing one store (a sweep) build it once: the second waits, then finds it up to date
+    with building(target, "data", "data.store", _waiting_for("the token store", target)):
+        return _tokenize_corpus(cfg, target, quiet)
+
+
+def _tokenize_corpus(cfg: Config, target: Path, quiet: bool) -> Path:
     from tqdm import tqdm
 
     from mlmtrain.corpus import corpus_splits
     from mlmtrain.tokenizer import tokenizer_fingerprint
 
     started = time.perf_counter()
-    target = cfg.store_dir
-    # a store folder that is not ours is refused before the tokenizer is trained, and never replaced
-    check_replaceable(target, "meta.json", STORE_FILES, "data", "data.store")
     train_corpus, valid_corpus = corpus_splits(cfg.data)
     tokenizer = prepare_tokenizer(cfg, train_corpus)
     fingerprint = tokenizer_fingerprint(tokenizer)

@@ -58,6 +58,17 @@ def tiny_overrides(root: Path, **extra: object) -> list[str]:
     return [f"{k}={'null' if v is None else v}" for k, v in values.items()]
 
 
+def copy_corpus(tiny_data: Path, tmp_path: Path) -> Path:
+    """The tiny corpus (train.txt, valid.txt) in a folder of its own, with no tokenizer or store built yet."""
+    import shutil
+
+    root = tmp_path / "data"
+    root.mkdir()
+    for name in ("train.txt", "valid.txt"):
+        shutil.copy(tiny_data / name, root / name)
+    return root
+
+
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with train.txt / valid.txt, its tokenizer and token store (tokenized once per session)."""

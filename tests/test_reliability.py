@@ -32,7 +32,7 @@ from mlmtrain.config import load_config
 from mlmtrain.errors import UserError
 from mlmtrain.train import pretrain
 
-from .conftest import tiny_overrides
+from .conftest import copy_corpus, tiny_overrides
 
 CHILD_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 CHILD_TIMEOUT_S = 240
@@ -547,6 +547,35 @@ def test_second_run_on_the_same_run_dir_refuses_and_the_first_is_unharmed(
     assert steps == list(range(1, 61))  # one run's lines, nothing interleaved
     assert assert_checkpoints_sound(run_dir).name == "step-60"
     assert len(ckpt.complete_checkpoints(run_dir)) == 3  # keep_last
+
+
+# ---------------------------------------------------------------------------------------------
+# Two runs sharing one token store and tokenizer (a sweep)
+
+
+@pytest.mark.parametrize(("folder", "what"), [("tokens", "the token store"), ("tokenizer", "the tokenizer")])
+def test_a_second_mlmtrain_waits_while_another_builds_the_store_or_tokenizer(
+    tiny_data: Path, tmp_path: Path, folder: str, what: str
+) -> None:
+    import fcntl
+
+    root = copy_corpus(tiny_data, tmp_path)
+    log_path = tmp_path / "tokenize.log"
+    with open(root / f".{folder}.lock", "a") as held, open(log_path, "ab") as log:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as another mlmtrain building it would
+        command = [sys.executable, "-m", "mlmtrain", "tokenize", *set_options(root, tmp_path / "run")]
+        process = subprocess.Popen(command, stdout=log, stderr=log, env=CHILD_ENV)
+        waiting = f"another mlmtrain is building {what} in {root / folder}; waiting for it to finish"
+        deadline = time.monotonic() + CHILD_TIMEOUT_S
+        while waiting not in log_path.read_text():
+            assert process.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.01)
+        time.sleep(0.5)  # a process that did not wait would be writing by now
+        assert not (root / folder).exists() and not (root / "tokens").exists()
+    # the lock is released: it goes on and builds both
+    assert process.wait(timeout=CHILD_TIMEOUT_S) == 0, log_path.read_text()
+    assert (root / "tokens" / "COMPLETE").is_file() and (root / "tokenizer" / "tokenizer.json").is_file()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
 from mlmtrain.tokens import COMPLETE, TokenStore, ids_dtype, tokenize_corpus
 
-from .conftest import tiny_overrides, write_corpus
+from .conftest import copy_corpus, tiny_overrides, write_corpus
 
 
 def test_store_holds_every_document_with_sep(tiny_data: Path) -> None:
@@ -37,16 +37,8 @@ def test_ids_dtype_widens_for_large_vocabularies() -> None:
     assert ids_dtype(65537) == np.uint32
 
 
-def _copy_data(tiny_data: Path, tmp_path: Path) -> Path:
-    root = tmp_path / "data"
-    root.mkdir()
-    for name in ("train.txt", "valid.txt"):
-        shutil.copy(tiny_data / name, root / name)
-    return root
-
-
 def test_tokenize_twice_is_idempotent(tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    root = _copy_data(tiny_data, tmp_path)
+    root = copy_corpus(tiny_data, tmp_path)
     cfg = load_config(None, tiny_overrides(root))
     store = tokenize_corpus(cfg, quiet=True)
     before = {p.name: p.stat().st_mtime_ns for p in store.iterdir()}
@@ -57,7 +49,7 @@ def test_tokenize_twice_is_idempotent(tiny_data: Path, tmp_path: Path, capsys: p
 
 
 def test_changed_corpus_rebuilds_the_store(tiny_data: Path, tmp_path: Path) -> None:
-    root = _copy_data(tiny_data, tmp_path)
+    root = copy_corpus(tiny_data, tmp_path)
     cfg = load_config(None, tiny_overrides(root))
     store = tokenize_corpus(cfg, quiet=True)
     documents = TokenStore(store, "train").num_documents
@@ -109,7 +101,7 @@ def test_empty_corpus_is_refused_and_leaves_no_store(tmp_path: Path) -> None:
 
 
 def test_an_existing_tokenizer_is_reused_instead_of_trained(tiny_data: Path, tmp_path: Path) -> None:
-    root = _copy_data(tiny_data, tmp_path)
+    root = copy_corpus(tiny_data, tmp_path)
     cfg = load_config(None, tiny_overrides(root, **{"tokenizer.pretrained": str(tiny_data / "tokenizer")}))
     store = tokenize_corpus(cfg, quiet=True)
     reused = load_tokenizer(root / "tokenizer")
