@@ -109,6 +109,21 @@ def test_samples_never_banned_and_temperature_sharpens() -> None:
     assert sample_tokens(logits[:0], 1.0, banned).shape == (0,)
 
 
+def test_samples_follow_the_tempered_softmax() -> None:
+    banned = torch.tensor([True, False, False, False, True, False])
+    logits = torch.tensor([[3.0, 0.5, -1.0, 2.0, 9.0, 1.0]]).repeat(40_000, 1)
+    for temperature in (1.0, 2.0):
+        draws = sample_tokens(logits, temperature, banned, torch.Generator().manual_seed(1))
+        expected = (logits[0] / temperature).masked_fill(banned, float("-inf")).softmax(-1)
+        observed = torch.bincount(draws, minlength=6).double() / len(draws)
+        sigma = (expected * (1 - expected) / len(draws)).sqrt()
+        assert bool(((observed - expected).abs() <= 6 * sigma + 1e-12).all()), (observed, expected)
+    # the rows are independent: each row's draw follows its own logits
+    rows = torch.full((4, 6), -30.0)
+    rows[torch.arange(4), torch.tensor([1, 2, 3, 5])] = 30.0
+    assert sample_tokens(rows, 1.0, banned).tolist() == [1, 2, 3, 5]
+
+
 def test_loss_sums_and_gradients_reach_both_models() -> None:
     pair = pair_of()
     objective = objective_of(load_config(None, TINY), VOCAB)
