@@ -270,7 +270,9 @@ def test_a_full_disk_while_writing_the_token_store_is_one_line(
     assert code == 2
     assert_one_error_line(lines, "mlmtrain: data: could not write the token store", str(tmp_path / "store"))
     assert not (tmp_path / "store").exists()
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".store")] == []
+    # nothing half-written beside it; the build lock stays there, empty, by design
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".store")] == [".store.lock"]
+    assert (tmp_path / ".store.lock").stat().st_size == 0
 
 
 def test_a_full_disk_while_writing_the_tokenizer_is_one_line(
@@ -282,7 +284,8 @@ def test_a_full_disk_while_writing_the_tokenizer_is_one_line(
     assert code == 2
     assert_one_error_line(lines, "mlmtrain: tokenizer: could not write", str(tmp_path / "tok"))
     assert not (tmp_path / "tok").exists()
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tok")] == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tok")] == [".tok.lock"]  # the build lock
+    assert (tmp_path / ".tok.lock").stat().st_size == 0
 
 
 def test_a_full_disk_while_appending_metrics_keeps_training_and_the_file_valid(
