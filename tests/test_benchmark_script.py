@@ -217,12 +217,15 @@ def test_quick_downstream(tmp_path: Path) -> None:
     assert "## Downstream" in (out / Path(next(out.glob("*.md"))).name).read_text()
 
 
-def test_downstream_runs_only_when_asked_with_its_own_vocabulary(bench) -> None:
+def test_downstream_runs_only_when_asked_with_its_own_size_and_vocabulary(bench) -> None:
     assert "downstream" not in bench.parse_args([]).sections
     alone = bench.parse_args(["--sections", "downstream"])
-    assert alone.vocab_size == 8000 and alone.downstream_budget == 600 and alone.seeds >= 3
+    assert (alone.size, alone.vocab_size, alone.downstream_budget, alone.seeds) == ("tiny", 8000, 900, 3)
+    assert (alone.probe_train_examples, alone.probe_max_length) == (0, 64)  # all examples, a summary's opening
     assert bench.parse_args(["--sections", "downstream,electra"]).vocab_size == 8000
-    assert bench.parse_args(["--sections", "downstream,limit"]).vocab_size == 30522  # shared with the other sections
+    shared = bench.parse_args(["--sections", "downstream,limit"])  # the other sections' values hold
+    assert (shared.size, shared.vocab_size, shared.downstream_budget) == ("mini", 30522, 600)
+    assert bench.parse_args(["--sections", "downstream", "--size", "mini"]).size == "mini"  # an explicit one wins
     assert not bench.Verdict("beyond the intervals", 0.0, ">", 0.0).passed  # a tie is not a win
 
 
