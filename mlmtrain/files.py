@@ -90,17 +90,19 @@ def replace_folder(
     check_replaceable(folder, marker, ours, topic, key)
     prefix = f".{folder.name}.tmp-"
     remove_dead_staging(folder.parent, prefix, ours)
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        # A plain mkdir, not tempfile.mkdtemp: mkdtemp makes the folder 0700, and the renamed result must be an
-        # ordinary folder (0777 less the umask, 0755 usually) that other users and processes can read.
-        staging = folder.parent / f"{prefix}{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        staging.mkdir()
-    except OSError as error:
-        reason = write_failure(error, folder)
-        raise UserError(topic, f"cannot create {what} {folder}: {reason}; set {key} elsewhere") from None
+    staging = folder.parent / f"{prefix}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     old = folder.parent / f"{staging.name}.old"
     try:
+        # made inside the try whose cleanup removes it: a stop signal (an exception) right after the mkdir must not
+        # leave it behind
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            # A plain mkdir, not tempfile.mkdtemp: mkdtemp makes the folder 0700, and the renamed result must be an
+            # ordinary folder (0777 less the umask, 0755 usually) that other users and processes can read.
+            staging.mkdir()
+        except OSError as error:
+            reason = write_failure(error, folder)
+            raise UserError(topic, f"cannot create {what} {folder}: {reason}; set {key} elsewhere") from None
         write(staging)
         if folder.exists():
             os.replace(folder, old)
