@@ -441,6 +441,11 @@ def run_mlm_blocks(tokenizer: Any, text_file: str, seq_len: int, cache_dir: str)
     return tokenized.map(group_texts, batched=True)
 
 
+# The HF worker's modes that run our hyperparameters and our learning-rate schedule (`clocked_schedule`); the others
+# (throughput, quality) run the recipe's own. One set for both, so the two cannot drift apart again.
+OUR_SCHEDULE_MODES = ("recipe", "tuned", "downstream")
+
+
 def recipe_arguments(cfg: Config, spec: dict[str, Any]) -> dict[str, Any]:
     """TrainingArguments as a run_mlm.py user passes them: only batch, precision and output are set, plus (for the
     throughput run) max_steps. Logging stays at its default (every 500 steps): the timing callback needs none, and
@@ -458,15 +463,13 @@ def recipe_arguments(cfg: Config, spec: dict[str, Any]) -> dict[str, Any]:
         "use_cpu": cfg.train.device == "cpu",
         "bf16": cfg.train.precision == "bf16",
     }
-    if spec["mode"] == "throughput":
-        arguments.update(max_steps=spec["steps"])
-    if spec["mode"] == "recipe":
+    if spec["mode"] in ("throughput", "recipe"):
         arguments.update(max_steps=spec["steps"])
     if spec["mode"] in ("tuned", "downstream"):
         # the clock stops it: run_mlm.py's default of 3 epochs could end it before the budget (tiny on 1 M tokens
         # did 3 epochs in 376 of its 900 s), and equal time means equal time
         arguments.update(max_steps=10**7)
-    if spec["mode"] in ("recipe", "tuned", "downstream"):  # our hyperparameters: the two differ in head, masking, loop
+    if spec["mode"] in OUR_SCHEDULE_MODES:  # our hyperparameters: the two differ in head, masking, loop
         optim = cfg.optim
         arguments.update(
             learning_rate=optim.lr,
@@ -495,7 +498,7 @@ def hf_worker(spec: dict[str, Any]) -> dict[str, Any]:
 
     evaluate = _evaluator(cfg, tokenizer) if spec["mode"] in ("quality", "tuned", "recipe") else None
     clock = StepClock(device, evaluate, spec.get("eval_every", 0), spec.get("budget"))
-    ours = spec["mode"] in ("recipe", "tuned", "downstream")
+    ours = spec["mode"] in OUR_SCHEDULE_MODES
     trainer = Trainer(
         model=model,
         args=TrainingArguments(**recipe_arguments(cfg, spec)),
