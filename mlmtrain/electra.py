@@ -43,8 +43,8 @@ def build_electra(cfg: Config, vocab: VocabInfo) -> ElectraPretraining:
         "vocab_size": padded_vocab_size(vocab.vocab_size, model.pad_vocab_multiple),
         "embedding_size": model.hidden_size,  # the discriminator's width: it needs no projection, the generator one
         "max_position_embeddings": model.max_position_embeddings,
-        "hidden_dropout_prob": model.hidden_dropout,
-        "attention_probs_dropout_prob": model.attention_dropout,
+        "hidden_dropout_prob": model.hidden_dropout_prob,  # model.dropout when set, as for a masked LM
+        "attention_probs_dropout_prob": model.attention_dropout_prob,
         "pad_token_id": vocab.pad_id,
         "attn_implementation": "sdpa",
     }

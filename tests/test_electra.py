@@ -124,6 +124,20 @@ def test_samples_follow_the_tempered_softmax() -> None:
     assert sample_tokens(rows, 1.0, banned).tolist() == [1, 2, 3, 5]
 
 
+@pytest.mark.parametrize(("dropout", "agree"), [("0", True), ("0.1", False)])
+def test_model_dropout_reaches_both_models(dropout: str, agree: bool) -> None:
+    """model.dropout (the fast recipe's one key) sets the generator's and the discriminator's dropout; in train mode
+    two passes with the same samples agree exactly without dropout and differ with it."""
+    keys = [key for key in TINY if "_dropout" not in key]
+    torch.manual_seed(0)
+    pair = build_electra(load_config(None, [*keys, f"model.dropout={dropout}"]), VOCAB).train()
+    for model in (pair.generator, pair.discriminator):
+        assert model.config.hidden_dropout_prob == model.config.attention_probs_dropout_prob == float(dropout)
+    batch = batches(1)[0]
+    first, second = (pair.step(**batch, sampler=torch.Generator().manual_seed(3)) for _ in range(2))
+    assert torch.equal(first.discriminator_logits, second.discriminator_logits) is agree
+
+
 def test_loss_sums_and_gradients_reach_both_models() -> None:
     pair = pair_of()
     objective = objective_of(load_config(None, TINY), VOCAB)
