@@ -171,6 +171,10 @@ def test_quick_electra_comparison(tmp_path: Path) -> None:
         assert rows[name]["tokens_per_s"] > 0 and rows[name]["steps"] > 0
         assert f"train.objective={objective}" in rows[name]["command"]
     assert "mlmtrain probe" in report["electra"]["probe_command"]
+    # ELECTRA replaces the paper's 15 % of the tokens; MLM keeps the shipped recipe's rate
+    assert report["electra"]["electra_recipe"] == {"masking.mlm_probability": 0.15}
+    assert "masking.mlm_probability=0.15" in rows["electra"]["command"]
+    assert "masking.mlm_probability" not in rows["ours"]["command"]
     assert [v["figure"] for v in report["verdicts"]] == ["electra - mlm test accuracy, equal time"]
 
 
