@@ -31,6 +31,22 @@ from mlmtrain.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
 from mlmtrain.model import padded_vocab_size
 
 GENERATOR_DIR = "generator"  # the generator's folder inside an ELECTRA checkpoint
+# The ELECTRA paper replaces 15 % of the tokens (25 % for its large model). At the fast MLM recipe's 40 %, which the
+# CPU-sized configs ship, the discriminator stayed at chance for a whole 15-minute budget on 2 cores, and its encoder
+# fine-tuned no better than an untrained one (docs/benchmarks.md, "ELECTRA after two more changes").
+MOST_REPLACED = 0.25
+
+
+def masking_rate_note(cfg: Config) -> Optional[str]:
+    """A start-line note for an ELECTRA run that replaces more than MOST_REPLACED of the tokens; None otherwise."""
+    rate = cfg.masking.mlm_probability
+    if cfg.train.objective != "electra" or rate <= MOST_REPLACED:
+        return None
+    return (
+        f"note: this ELECTRA run replaces {rate:.0%} of the tokens (masking.mlm_probability); at 40 % its "
+        "discriminator stayed at chance in mlmtrain's measurements, the ELECTRA paper replaces 15 %: set "
+        "masking.mlm_probability: 0.15"
+    )
 
 
 def build_electra(cfg: Config, vocab: VocabInfo) -> ElectraPretraining:

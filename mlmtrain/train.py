@@ -18,6 +18,7 @@ from mlmtrain import checkpoint as ckpt
 from mlmtrain.config import Config, save_config
 from mlmtrain.data import StoreBlocks, evaluation_blocks
 from mlmtrain.distributed import DistContext, gather_objects, init_distributed, on_main, teardown
+from mlmtrain.electra import masking_rate_note
 from mlmtrain.errors import UserError
 from mlmtrain.guard import RunLock, StopRequested, check_before_start, claim_run_dir, interrupt_on_sigterm
 from mlmtrain.objective import evaluate_trained
@@ -118,6 +119,8 @@ def _announce(parts: Parts, run_dir: Path, resume_from: Optional[Path]) -> None:
     )
     if parts.precision.warning:
         say(parts.precision.warning)
+    if note := masking_rate_note(cfg):
+        say(note)
     if parts.saved and parts.saved.get("world_size", 1) != ctx.world_size:
         say(
             f"note: the checkpoint was written by {parts.saved.get('world_size', 1)} process(es); the data order "

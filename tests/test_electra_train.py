@@ -62,6 +62,23 @@ def test_run_learns_logs_both_parts_and_saves_both_models(electra_run: Path) -> 
     assert load_config(final / "mlmtrain.yaml").train.objective == "electra"
 
 
+def test_a_run_that_replaces_40_percent_is_told_to_replace_15(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    many = {"masking.mlm_probability": 0.4, "train.max_steps": 1, "train.eval_every": 0, "checkpoint.save_every": 0}
+    pretrain(electra_config(tiny_data, tmp_path / "many", **many))
+    assert "note: this ELECTRA run replaces 40% of the tokens" in capsys.readouterr().err
+    for objective, rate in (("electra", 0.15), ("electra", 0.25), ("mlm", 0.4)):  # the paper's rates; MLM's fast recipe
+        pretrain(
+            electra_config(
+                tiny_data,
+                tmp_path / f"{objective}-{rate}",
+                **{**many, "masking.mlm_probability": rate, "train.objective": objective},
+            )
+        )
+        assert "ELECTRA run replaces" not in capsys.readouterr().err
+
+
 def test_paused_and_resumed_run_equals_an_uninterrupted_one(electra_run: Path, tiny_data: Path, tmp_path) -> None:
     parts = electra_config(tiny_data, tmp_path / "parts", **{"train.pause_after": 10})
     assert pretrain(parts).name == "step-10"
