@@ -266,6 +266,11 @@ class Setup:
         return self.overrides(run_dir, seq_len, extra) + list(self.args.set)
 
 
+def with_changes(recipe: dict[str, Any], changes: list[str]) -> dict[str, Any]:
+    """A recipe with a run's KEY=VALUE changes (--fast-set, --electra-set) on top."""
+    return recipe | dict(item.split("=", 1) for item in changes)
+
+
 def _yaml_scalar(value: Any) -> str:
     if value is None:
         return "null"
@@ -859,7 +864,7 @@ def section_recipes(setup: Setup) -> dict[str, Any]:
     """Section 7: the classic recipe, the fast recipe (FAST_RECIPE + --fast-set) and the HF recipe given our
     schedule, each for --quality-budget seconds: validation perplexity (classic 15 % masks for all) and, where
     `mlmtrain probe` exists, the downstream probe of each final model."""
-    fast = FAST_RECIPE | dict(item.split("=", 1) for item in setup.args.fast_set)
+    fast = with_changes(FAST_RECIPE, setup.args.fast_set)
     runs = {
         "classic": _ours_for_time(setup, "recipes-classic", CLASSIC_RECIPE),
         "fast": _ours_for_time(setup, "recipes-fast", fast),
@@ -1001,7 +1006,7 @@ def section_electra(setup: Setup, downstream: Optional[dict[str, Any]] = None) -
     initial = save_initial_model(setup, setup.run_dir("downstream-initial"))
     pretrained: dict[str, dict[str, Any]] = {}
     objectives = (("electra", "electra"),) if downstream else (("ours", "mlm"), ("electra", "electra"))
-    electra_recipe = ELECTRA_RECIPE | dict(item.split("=", 1) for item in a.electra_set)
+    electra_recipe = with_changes(ELECTRA_RECIPE, a.electra_set)
     for name, objective in objectives:
         say(f"benchmark: electra: {objective} pretraining for {a.downstream_budget:g} s")
         run_dir = setup.run_dir(f"objective-{objective}")
