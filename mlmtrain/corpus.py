@@ -29,9 +29,10 @@ _KINDS = {".txt": "txt", ".jsonl": "jsonl", ".json": "json", ".parquet": "parque
 _GZIP_KINDS = ("txt", "jsonl", "json", "csv")
 SUPPORTED_SUFFIXES = ", ".join([*_KINDS, *(s + ".gz" for s, k in _KINDS.items() if k in _GZIP_KINDS)])
 _MIN_PYTHON_DOCS_CHARS = 15  # shorter paragraphs of the Python docs are markup debris ("The break statement" is not)
-_BUILTIN_FORMAT = 2  # bump when the builtin corpora's cleaning changes, so their token stores are rebuilt
-# The docs mark keywords and names up in quotes ('the "break" statement'): prose keeps the bare word.
-_QUOTED_NAME = re.compile(r'"([A-Za-z_][A-Za-z0-9_]*)"')
+_BUILTIN_FORMAT = 3  # bump when the builtin corpora's cleaning changes, so their token stores are rebuilt
+# The docs mark keywords and names up in quotes ('the "break" statement'), some also in curly quotes around those
+# ('a “"def"” statement', 'the “with” statement'): prose keeps the bare word.
+_QUOTED_NAME = re.compile(r'“?"([A-Za-z_][A-Za-z0-9_]*)"”?|“([A-Za-z_][A-Za-z0-9_]*)”')
 _RULE_LINE = re.compile(r"^\s*[*=\-^~+]{3,}\s*$", re.MULTILINE)  # a heading's underline
 # Test suites, demos and vendored packages of the standard library: not documentation prose.
 _STDLIB_SKIPPED = frozenset({"test", "tests", "idlelib", "turtledemo", "lib2to3", "site-packages", "__pycache__"})
@@ -267,7 +268,8 @@ def _prose(paragraph: str) -> Union[str, None]:
     """One paragraph of documentation as a line of prose; None for code, grammar and headings' debris."""
     if ">>>" in paragraph or "::=" in paragraph:  # an interactive example or a grammar rule: code, not prose
         return None
-    text = " ".join(_QUOTED_NAME.sub(r"\1", _RULE_LINE.sub("", paragraph)).split())
+    unquoted = _QUOTED_NAME.sub(lambda name: name.group(1) or name.group(2), _RULE_LINE.sub("", paragraph))
+    text = " ".join(unquoted.split())
     return text if len(text) >= _MIN_PYTHON_DOCS_CHARS else None
 
 

@@ -136,6 +136,8 @@ def test_builtin_python_docs_yields_many_clean_paragraphs():
     assert list(corpus) == docs  # re-iterable, same order
     # prose, not markup: keywords without their quotes, headings without underlines, no examples or grammar
     assert "The break statement" in docs and not any('"break"' in d for d in docs)
+    assert any("defined in a def statement" in d for d in docs)  # was 'a “"def"” statement'
+    assert not any("“def”" in d or "“with”" in d for d in docs)
     assert not any("***" in d or ">>>" in d or "::=" in d for d in docs)
 
 
