@@ -84,6 +84,12 @@ def save_checkpoint(
     root.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(root)
     final = root / f"step-{step}"
+    if final.exists() and not written_by_mlmtrain(final):  # checked at the start too; a user's files stay
+        raise UserError(
+            "checkpoint",
+            f"{final} would be replaced, and {why_spared(foreign_files(final))}; move that folder away, "
+            "then resume with --resume",
+        )
     staging = root / f".tmp-step-{step}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     try:
@@ -158,6 +164,32 @@ def foreign_files(folder: Path) -> Optional[list[str]]:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return sorted(set(_files_under(folder)) - written)
+
+
+def written_by_mlmtrain(entry: Path) -> bool:
+    """True for what mlmtrain provably wrote in a checkpoints folder: the `latest` link, a killed save's leftover
+    and a checkpoint holding only the files its list names. A checkpoint without that list (an older mlmtrain)
+    and anything else there may be a user's."""
+    if entry.name == "latest" and entry.is_symlink():
+        return True
+    if _LEFTOVER.match(entry.name):
+        return True
+    return bool(_STEP_DIR.match(entry.name)) and entry.is_dir() and not entry.is_symlink() and not foreign_files(entry)
+
+
+def check_replaceable_after(run_dir: Path, resume_from: Path) -> None:
+    """UserError if resuming `resume_from` would replace a later checkpoint of run_dir that holds files mlmtrain
+    did not write (a resumed run saves its steps again, and a step saved again replaces the old folder whole)."""
+    resumed = _STEP_DIR.match(Path(resume_from).name)
+    after = int(resumed.group(1)) if resumed else -1
+    for step, folder in complete_checkpoints(run_dir):
+        if step > after and folder.resolve() != Path(resume_from).resolve() and not written_by_mlmtrain(folder):
+            raise UserError(
+                "checkpoint",
+                f"resuming {resume_from} would replace {folder} when it saves step {step} again, and "
+                f"{why_spared(foreign_files(folder))}; move that folder out of {checkpoints_dir(run_dir)}, "
+                "then run again",
+            )
 
 
 def prune_checkpoints(

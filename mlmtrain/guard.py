@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import signal
 from collections.abc import Iterator
@@ -20,6 +21,8 @@ from mlmtrain.config import Config
 from mlmtrain.errors import UserError
 from mlmtrain.files import check_writable_folder
 from mlmtrain.progress import say
+
+_EVENT_FILE = re.compile(r"^events\.out\.tfevents\.")  # the name TensorBoard's writer gives its log files
 
 
 class RunLock:
@@ -72,11 +75,7 @@ def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool) -> None
         raise UserError("run", f"{checkpoints} is a file, where checkpoints go; move it away, then run again")
     holds_run = (run_dir / "metrics.jsonl").exists() or checkpoints.exists()
     if holds_run and overwrite:
-        # only what a run writes, by name: anything else the user keeps in run_dir stays
-        shutil.rmtree(checkpoints, ignore_errors=True)
-        for name in ("metrics.jsonl", "run.json"):
-            (run_dir / name).unlink(missing_ok=True)
-        shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
+        _remove_the_old_run(run_dir)
     elif holds_run and resume is None:
         raise UserError(
             "run",
@@ -85,6 +84,37 @@ def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool) -> None
         )
     if checkpoints.is_dir():
         check_writable_folder(checkpoints, "run", "the checkpoints folder")
+
+
+def _remove_the_old_run(run_dir: Path) -> None:
+    """Delete what the run in run_dir wrote, for --overwrite: checkpoints that list their files, the `latest`
+    link, TensorBoard's event files, metrics.jsonl and run.json. If the checkpoints or tensorboard folder holds
+    anything else (a user's notes, a fine-tuned model), refuse before deleting anything."""
+    checkpoints, board = ckpt.checkpoints_dir(run_dir), run_dir / "tensorboard"
+    ours = sorted(checkpoints.iterdir()) if checkpoints.is_dir() else []
+    events = sorted(board.iterdir()) if board.is_dir() else []
+    theirs = [entry for entry in ours if not ckpt.written_by_mlmtrain(entry)]
+    theirs += [entry for entry in events if not (_EVENT_FILE.match(entry.name) and entry.is_file())]
+    if theirs:
+        named = ", ".join(str(entry) for entry in theirs[:3]) + (f" and {len(theirs) - 3} more" if theirs[3:] else "")
+        raise UserError(
+            "run",
+            f"--overwrite would delete {named}, which mlmtrain did not write; move it out of {run_dir} "
+            "(or choose another train.run_dir), then run again",
+        )
+    for entry in ours:
+        if entry.is_dir() and not entry.is_symlink():
+            (entry / ckpt.COMPLETE).unlink(missing_ok=True)  # first: a kill amid the removal leaves no husk to load
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    for entry in events:
+        entry.unlink()
+    for folder in (checkpoints, board):
+        if folder.is_dir():
+            folder.rmdir()
+    for name in ("metrics.jsonl", "run.json"):
+        (run_dir / name).unlink(missing_ok=True)
 
 
 def check_before_start(cfg: Config, device: torch.device, resume_from: Optional[Path]) -> None:
@@ -97,6 +127,7 @@ def check_before_start(cfg: Config, device: torch.device, resume_from: Optional[
     if resume_from is None:
         return
     ckpt.check_complete(resume_from)
+    ckpt.check_replaceable_after(Path(cfg.train.run_dir), resume_from)
     ckpt.check_model_shape(resume_from, cfg)
     from mlmtrain.corpus import corpus_splits
     from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint

@@ -484,3 +484,80 @@ def test_a_users_folder_named_latest_is_refused_before_training(
     assert_one_error_line(lines, str(run_dir / "checkpoints" / "latest"), "is a folder")
     assert (run_dir / "checkpoints" / "latest" / "keep.txt").read_text() == "mine"
     assert not list((run_dir / "checkpoints").glob("step-*"))
+
+
+# ---------------------------------------------------------------------------------------------
+# --overwrite and a resume from an older checkpoint delete only what mlmtrain provably wrote
+
+USERS_FILES = {
+    "a folder of the user's in checkpoints": "checkpoints/my-finetuned-model/weights.bin",
+    "a note in a checkpoint": "checkpoints/step-2/NOTES.txt",
+    "a file of the user's in checkpoints": "checkpoints/NOTES.txt",
+    "a file of the user's in tensorboard": "tensorboard/events.out",
+}
+
+
+@pytest.mark.parametrize("where", USERS_FILES.values(), ids=USERS_FILES.keys())
+def test_overwrite_refuses_while_the_old_run_holds_a_users_file(
+    where: str, finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
+) -> None:
+    (finished_run / "tensorboard").mkdir(exist_ok=True)
+    (finished_run / "tensorboard" / "events.out.tfevents.1.host.1.0").write_bytes(b"old run's events")
+    users = finished_run / where
+    users.parent.mkdir(parents=True, exist_ok=True)
+    users.write_text("mine")
+    before = snapshot(finished_run)
+    code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, finished_run, **QUICK), "--overwrite")
+    assert code == 2
+    named = str(finished_run / where.split("/")[0] / where.split("/")[1])  # the entry that holds the user's file
+    assert_one_error_line(lines, "--overwrite would delete", named, "move it out")
+    assert snapshot(finished_run) == before  # nothing of the old run deleted either: refused before any removal
+
+
+def test_overwrite_removes_the_old_runs_files_and_keeps_the_users_beside_them(
+    finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
+) -> None:
+    (finished_run / "tensorboard").mkdir()
+    old_events = finished_run / "tensorboard" / "events.out.tfevents.1.host.1.0"
+    old_events.write_bytes(b"old run's events")
+    (finished_run / "notes.txt").write_text("mine")  # beside the run's files, not inside its folders
+    old_losses = (finished_run / "metrics.jsonl").read_text()
+    code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, finished_run, **QUICK), "--overwrite")
+    assert code == 0, lines
+    assert (finished_run / "notes.txt").read_text() == "mine"
+    assert not old_events.exists()
+    assert {p.name for p in (finished_run / "checkpoints").iterdir()} == {"step-2", "step-4", "latest"}
+    assert (finished_run / "metrics.jsonl").read_text().count('"step": 1,') == old_losses.count('"step": 1,')
+
+
+def test_a_resume_that_would_replace_a_later_checkpoint_holding_a_users_file_is_refused(
+    finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A run resumed from step-2 saves step 4 again, which replaces step-4 whole: with a user's file in it, the
+    resume is refused before training, and nothing changes."""
+    checkpoints = finished_run / "checkpoints"
+    (checkpoints / "step-4" / "NOTES.txt").write_text("mine")
+    before = snapshot(finished_run)
+    code, lines = run_cli(
+        capsys, "pretrain", *set_options(tiny_data, finished_run, **QUICK), "--resume", str(checkpoints / "step-2")
+    )
+    assert code == 2
+    assert_one_error_line(lines, str(checkpoints / "step-4"), "NOTES.txt", "move that folder out")
+    assert snapshot(finished_run) == before
+
+
+def test_a_save_never_replaces_a_step_folder_that_holds_a_users_file(finished_run: Path, tiny_config) -> None:
+    """The writer's own guard, for a file that appears after the run started."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from mlmtrain.checkpoint import save_checkpoint
+    from mlmtrain.errors import UserError
+
+    folder = finished_run / "checkpoints" / "step-4"
+    (folder / "NOTES.txt").write_text("mine")
+    before = snapshot(folder)
+    model, tokenizer = AutoModelForMaskedLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    with pytest.raises(UserError, match="step-4 would be replaced.*NOTES.txt"):
+        save_checkpoint(finished_run, 4, model, tokenizer, tiny_config(**QUICK), {"step": 4})
+    assert snapshot(folder) == before
+    assert not list((finished_run / "checkpoints").glob(".tmp-*"))
