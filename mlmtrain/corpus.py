@@ -14,6 +14,7 @@ import json
 import os
 import re
 import sys
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,7 +103,7 @@ def _lines(path: Path, compressed: bool, stats: CorpusStats) -> Iterator[str]:
                 if number == 0 and line.startswith("\ufeff"):
                     line = line[1:]  # byte-order mark written by some Windows editors
                 yield line
-    except (OSError, EOFError) as error:  # permission, vanished file, corrupt or truncated gzip
+    except (OSError, EOFError, zlib.error) as error:  # permission, vanished file, corrupt or truncated gzip
         raise _data_error(f"cannot read {path}: {error}; check the file") from None
 
 
@@ -129,6 +130,8 @@ def _json_lines(lines: Iterable[str], path: Path, field: str, first_number: int 
             record = json.loads(line)
         except json.JSONDecodeError as error:
             raise _data_error(f"{path}:{number}: not valid JSON ({error.msg}); fix or remove that line") from None
+        except RecursionError:
+            raise _data_error(f"{path}:{number}: JSON nested too deeply to read; fix or remove that line") from None
         yield _record_text(record, field, f"{path}:{number}")
 
 
@@ -154,6 +157,8 @@ def _json_array(lines: Iterator[str], path: Path) -> Iterator[Any]:
                     item, pos = decoder.raw_decode(buffer, pos)
                 except json.JSONDecodeError as error:
                     problem = error.msg  # often the item only continues on the next line
+                except RecursionError:  # more data cannot help
+                    raise _data_error(f"{path}: an item is nested too deeply to read; fix it") from None
                 else:
                     state = "next"
                     yield item

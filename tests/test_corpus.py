@@ -443,3 +443,21 @@ def test_corrupt_files_fail_while_reading_with_the_file_named(tmp_path):
     fake = write(tmp_path / "b.parquet", b"not parquet at all")
     with pytest.raises(UserError, match=r"cannot read .*b\.parquet as parquet"):
         list(Corpus(str(fake)))
+
+
+def test_a_damaged_gzip_stream_is_a_data_error(tmp_path):
+    words = [f"word{i % 97} and{i % 13} text{i % 31}" for i in range(3000)]
+    packed = bytearray(gzip.compress("\n".join(words).encode()))
+    packed[50:58] = b"\xff" * 8  # damage inside the deflate stream: zlib's own error, not gzip's OSError
+    path = write(tmp_path / "damaged.txt.gz", bytes(packed))
+    with pytest.raises(UserError, match="damaged.txt.gz"):
+        list(Corpus(str(path)))
+
+
+@pytest.mark.parametrize("name", ["deep.jsonl", "deep.json"])
+def test_json_nested_too_deeply_is_a_data_error(tmp_path, name):
+    deep = "[" * 200_000
+    content = f'{{"text": "fine"}}\n{{"text": {deep}\n' if name.endswith("l") else f'[{{"text": "fine"}}, {deep}\n'
+    path = write(tmp_path / name, content)
+    with pytest.raises(UserError, match="nested too deeply"):
+        list(Corpus(str(path)))
