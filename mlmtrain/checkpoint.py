@@ -29,6 +29,7 @@ from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
 
 COMPLETE = "COMPLETE"
 STATE_FILE = "training_state.pt"
+_STATE_KEYS = ("train_state", "optimizer", "scaler", "rng")  # what a resume reads from the training state
 MANIFEST_FILE = "checkpoint.json"  # the step, its metrics and the files the writer put in the folder
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 _LEFTOVER = re.compile(r"^\.(?:tmp-step-\d+|old-step-\d+|latest)-(\d+)$")  # ends in the writer's pid
@@ -260,11 +261,16 @@ def load_training_state(folder: Path) -> dict[str, Any]:
     folder = Path(folder)
     check_complete(folder)
     try:
-        return torch.load(folder / STATE_FILE, map_location="cpu", weights_only=False)
+        state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=False)
     except Exception as error:  # a truncated or garbled pickle raises many kinds of errors
         raise UserError(
             "checkpoint", f"{folder}/{STATE_FILE} is damaged ({type(error).__name__}); resume from an older checkpoint"
         ) from None
+    missing = [key for key in _STATE_KEYS if not isinstance(state, dict) or key not in state]
+    if missing or not isinstance(state["train_state"], dict):  # a pickle that loads but is not a training state
+        what = f"has no {', '.join(missing)}" if missing else "has a damaged train_state"
+        raise UserError("checkpoint", f"{folder}/{STATE_FILE} {what}; resume from an older checkpoint")
+    return state
 
 
 def rng_state() -> dict[str, Any]:
@@ -287,6 +293,8 @@ def check_model_shape(folder: Path, cfg: Config) -> None:
     try:
         saved = json.loads((Path(folder) / "config.json").read_text())
     except (OSError, ValueError):
+        saved = None
+    if not isinstance(saved, dict):  # valid JSON that is not a model's config (a list, a number) is damaged too
         raise UserError("checkpoint", f"{folder}/config.json is missing or damaged; resume from another one") from None
     objectives = {"bert": "mlm", "electra": "electra"}  # the model type each objective saves
     saved_objective = objectives.get(saved.get("model_type"), saved.get("model_type"))

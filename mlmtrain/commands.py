@@ -46,7 +46,9 @@ def _checkpoint_seq_len(folder: Path) -> Optional[int]:
     saved = folder / "mlmtrain.yaml"
     if not saved.is_file():
         return None
-    value = (read_yaml(saved).get("data") or {}).get("seq_len")
+    settings = read_yaml(saved)
+    data = settings.get("data") if isinstance(settings, dict) else None  # a damaged file: the model's own length
+    value = data.get("seq_len") if isinstance(data, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -105,7 +107,7 @@ def run_eval_command(
     if seq_len is None:
         seq_len, seq_len_from = DEFAULT_SEQ_LEN, "the default --seq-len"
     if seq_len < 8:
-        raise UserError("argument", f"--seq-len must be >= 8 (got {seq_len})")
+        raise UserError("argument", f"{seq_len_from} must be >= 8 (got {seq_len}); pass --seq-len 8 or more")
     torch_device = _device(device)
     mlm, tokenizer = load_masked_lm(folder)
     positions = getattr(mlm.config, "max_position_embeddings", None)

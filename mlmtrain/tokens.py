@@ -227,12 +227,17 @@ def read_meta(folder: Path) -> dict[str, Any]:
         raise UserError(
             "data", f"token store {folder}: unreadable meta.json ({error}); run `mlmtrain tokenize` again"
         ) from None
+    damaged = UserError("data", f"token store {folder}: meta.json is damaged; run `mlmtrain tokenize` again")
+    if not isinstance(meta, dict):
+        raise damaged
     if meta.get("format") != STORE_FORMAT:
         raise UserError(
             "data",
             f"token store {folder} has format {meta.get('format')}, this mlmtrain reads "
             f"{STORE_FORMAT}; run `mlmtrain tokenize` again",
         )
+    if not isinstance(meta.get("splits"), dict) or "dtype" not in meta:  # valid JSON, but not what a store writes
+        raise damaged
     return meta
 
 

@@ -561,3 +561,57 @@ def test_a_save_never_replaces_a_step_folder_that_holds_a_users_file(finished_ru
         save_checkpoint(finished_run, 4, model, tokenizer, tiny_config(**QUICK), {"step": 4})
     assert snapshot(folder) == before
     assert not list((finished_run / "checkpoints").glob(".tmp-*"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint files that still parse but are not what mlmtrain wrote
+
+
+def _not_a_training_state(path: Path) -> None:
+    import torch
+
+    torch.save({"note": "not a training state"}, path)
+
+
+DAMAGED_BUT_PARSES = {
+    "config.json that is a list": ("config.json", lambda path: path.write_text("[]"), "is missing or damaged"),
+    "a training state without its keys": ("training_state.pt", _not_a_training_state, "has no train_state"),
+}
+
+
+@pytest.mark.parametrize("name, damage, said", DAMAGED_BUT_PARSES.values(), ids=DAMAGED_BUT_PARSES.keys())
+def test_a_checkpoint_file_that_parses_but_is_not_mlmtrains_is_one_line(
+    name: str, damage: Any, said: str, finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
+) -> None:
+    folder = finished_run / "checkpoints" / "step-4"
+    damage(folder / name)
+    more = {**QUICK, "train.max_steps": 6}
+    code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, finished_run, **more), "--resume")
+    assert code == 2
+    assert_one_error_line(lines, f"{folder}/{name} {said}")
+
+
+def test_eval_perplexity_on_a_checkpoint_whose_mlmtrain_yaml_is_not_a_mapping_falls_back_to_the_default(
+    finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The saved mlmtrain.yaml only supplies the block length: damaged, the default applies (here beyond the tiny
+    model's 64 positions, which says so in one line), and a block length given on the command line works."""
+    folder = finished_run / "checkpoints" / "step-4"
+    (folder / "mlmtrain.yaml").write_text("data: [1, 2]\n")
+    command = ["eval-perplexity", "--model", str(folder), "--data", str(tiny_data / "valid.txt"), "--device", "cpu"]
+    code, lines = run_cli(capsys, *command)
+    assert code == 2
+    assert_one_error_line(lines, "the default --seq-len is 128", "pass --seq-len 64 or less")
+    code, lines = run_cli(capsys, *command, "--seq-len", "32")
+    assert code == 0, lines
+
+
+def test_a_block_length_too_short_in_a_checkpoints_mlmtrain_yaml_names_that_file(
+    finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
+) -> None:
+    folder = finished_run / "checkpoints" / "step-4"
+    (folder / "mlmtrain.yaml").write_text("data:\n  seq_len: 4\n")
+    command = ["eval-perplexity", "--model", str(folder), "--data", str(tiny_data / "valid.txt"), "--device", "cpu"]
+    code, lines = run_cli(capsys, *command)
+    assert code == 2
+    assert_one_error_line(lines, f"data.seq_len of {folder / 'mlmtrain.yaml'} must be >= 8", "pass --seq-len")

@@ -107,3 +107,13 @@ def test_an_existing_tokenizer_is_reused_instead_of_trained(tiny_data: Path, tmp
     reused = load_tokenizer(root / "tokenizer")
     assert tokenizer_fingerprint(reused) == tokenizer_fingerprint(load_tokenizer(tiny_data / "tokenizer"))
     assert TokenStore(store, "train").tokenizer_fingerprint == tokenizer_fingerprint(reused)
+
+
+@pytest.mark.parametrize("meta", ["[1, 2]", "{format}"], ids=["not an object", "no splits"])
+def test_a_store_meta_that_parses_but_is_not_a_stores_is_one_data_error(tmp_path: Path, meta: str) -> None:
+    from mlmtrain.tokens import STORE_FORMAT, read_meta
+
+    (tmp_path / COMPLETE).write_text("")
+    (tmp_path / "meta.json").write_text(meta.replace("{format}", json.dumps({"format": STORE_FORMAT})))
+    with pytest.raises(UserError, match="meta.json is damaged"):
+        read_meta(tmp_path)
