@@ -15,6 +15,7 @@ from typing import Any, Optional, Union
 
 import torch
 
+from mlmtrain.config import LARGEST_INT
 from mlmtrain.errors import UserError
 from mlmtrain.evaluate import (
     DEFAULT_SEQ_LEN,
@@ -66,6 +67,8 @@ def _masked_lm_folder(folder: Path) -> Path:
 def _positive(value: Optional[int], flag: str) -> None:
     if value is not None and value < 1:
         raise UserError("argument", f"{flag} must be >= 1 (got {value})")
+    if value is not None and value > LARGEST_INT:
+        raise UserError("argument", f"{flag} is out of range (got {value}); it must be at most {LARGEST_INT}")
 
 
 def run_eval_command(

@@ -566,6 +566,9 @@ def _type_name(annotation: Any) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
+LARGEST_INT = 2**63 - 1  # torch, numpy and the tokenizers library take counts and seeds as 64-bit integers
+
+
 def _coerce(value: Any, annotation: Any) -> tuple[bool, Any]:
     """(matches, value) for a YAML value against a field's type; ints are accepted as floats."""
     origin = typing.get_origin(annotation)
@@ -619,6 +622,8 @@ def _build_section(name: str, cls: type, values: Any) -> Any:
         ok, coerced = _coerce(value, hints[key])
         if not ok:
             raise UserError("config", f"{name}.{key} must be {_type_name(hints[key])} (got {value!r})")
+        if isinstance(coerced, int) and not isinstance(coerced, bool) and not -LARGEST_INT <= coerced <= LARGEST_INT:
+            raise UserError("config", f"{name}.{key} is out of range (got {value}); it must lie within ±{LARGEST_INT}")
         kwargs[key] = coerced
     return cls(**kwargs)
 

@@ -285,6 +285,12 @@ BAD_ARGUMENTS = [
     (["config", "show", "--config", "{tmp}/duplicate-section.yaml"], "'optim' appears twice (lines 1 and 6)"),
     (["config", "show", "--config", "{tmp}/duplicate-key.yaml"], "'optim.lr' appears twice (lines 2 and 3)"),
     (["tokenize", "--set", "tokenizer.min_frequency=0"], "tokenizer.min_frequency must be >= 1"),
+    (["config", "show", "--set", "train.seed=99999999999999999999"], "train.seed is out of range"),
+    (["config", "show", "--set", "tokenizer.min_frequency=99999999999999999999"], "min_frequency is out of range"),
+    (
+        ["eval-perplexity", "--model", "{model}", "--data", "{valid}", "--max-blocks", "99999999999999999999"],
+        "--max-blocks is out of range",
+    ),
     (["tokenize", "--lr", "1"], "No such option: --lr"),
     (["pretrain", "--bogus"], "No such option: --bogus"),
     (["pretrain", "--config"], "'--config' requires an argument"),
