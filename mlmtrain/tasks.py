@@ -113,7 +113,17 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             return records
         if suffix == ".csv":
             with open(path, encoding="utf-8-sig", newline="") as handle:
-                return [{k: _csv_value(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+                reader = csv.DictReader(handle)
+                records = []
+                for row in reader:
+                    if None in row:  # DictReader files the fields past the header's under the key None
+                        raise _task_error(
+                            f"{path}:{reader.line_num}: has more fields than the header ({len(reader.fieldnames)} "
+                            f"named, {len(reader.fieldnames) + len(row[None])} found); quote a text holding commas "
+                            "or remove the extra fields"
+                        )
+                    records.append({k: _csv_value(v) for k, v in row.items()})
+                return records
         if suffix == ".parquet":
             import pyarrow.parquet as pq
 
@@ -252,6 +262,11 @@ def load_task(
     fields = _resolve_fields(records["train"][0][0], fields)
     splits = {split: _split_from_records(rows, fields, source) for split, (rows, source) in records.items()}
     if "valid" not in splits:
+        if len(splits["train"]) < 2:  # the hold-out takes at least one example: train would be left empty
+            raise _task_error(
+                f"the train split ({splits['train'].source}) has {len(splits['train'])} example, too few to hold out "
+                "a validation split from; add a valid file (valid.jsonl/.csv/.parquet) or pass --valid FILE"
+            )
         splits["train"], splits["valid"] = _held_out(splits["train"], 0.1)
     name = task or str(Path(splits["train"].source).parent)
     return _typed_task(name, splits["train"], splits["valid"], splits["test"], fields)

@@ -360,6 +360,19 @@ def _missing_text_field(root: Path) -> tuple[list[str], list[str]]:
     return ["--task", str(task_folder(root, rows, rows, rows))], ["no field 'text'", "sentence", "--text-field"]
 
 
+def _csv_row_with_more_fields_than_its_header(root: Path) -> tuple[list[str], list[str]]:
+    folder = task_folder(root, TWO, TWO, TWO)
+    (folder / "train.jsonl").unlink()
+    (folder / "train.csv").write_text("text,label\napple pear,fruit\nsaw, rake,tools\n", encoding="utf-8")
+    return ["--task", str(folder)], [f"{folder / 'train.csv'}:3", "more fields than the header", "quote"]
+
+
+def _one_train_example_and_no_valid(root: Path) -> tuple[list[str], list[str]]:
+    folder = task_folder(root, TWO[:1], TWO, TWO)
+    (folder / "valid.jsonl").unlink()
+    return ["--task", str(folder)], ["1 example", "too few to hold out a validation split", "add a valid file"]
+
+
 def _unknown_mode(root: Path) -> tuple[list[str], list[str]]:
     return ["--task", str(root), "--mode", "probe"], ["--mode must be finetune or linear", "'probe'"]
 
@@ -368,7 +381,16 @@ def _missing_task(root: Path) -> tuple[list[str], list[str]]:
     return ["--task", str(root / "nowhere")], ["does not exist"]
 
 
-BAD_TASKS = [_no_label_field, _one_class_only, _unseen_test_label, _empty_split, _missing_text_field, _unknown_mode]
+BAD_TASKS = [
+    _no_label_field,
+    _one_class_only,
+    _unseen_test_label,
+    _empty_split,
+    _missing_text_field,
+    _csv_row_with_more_fields_than_its_header,
+    _one_train_example_and_no_valid,
+    _unknown_mode,
+]
 
 
 @pytest.mark.parametrize("make", BAD_TASKS + [_missing_task], ids=lambda f: f.__name__.strip("_"))
