@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Optional
 
 from mlmtrain.commands import _device, _json_safe, _positive
 from mlmtrain.errors import UserError
+from mlmtrain.files import write_failure
 from mlmtrain.probe import (
     MODES,
     POOLINGS,
@@ -30,16 +32,37 @@ def _check_save(save: Optional[Path], mode: str) -> None:
         raise UserError("argument", "--save keeps a fine-tuned model; the linear mode trains none: drop --save")
     if save.exists() and (not save.is_dir() or any(save.iterdir())):
         raise UserError("argument", f"--save {save} already exists and is not an empty folder; choose a new folder")
+    # Checked here, before the task is read and the model trained: otherwise the save fails only after all of the
+    # fine-tuning. Not check_writable_folder, which creates the folders: a probe that then fails would leave them.
+    existing = next((p for p in save.parents if p.exists() or p.is_symlink()), Path("."))
+    if not existing.is_dir():
+        raise UserError("argument", f"--save {save} lies under {existing}, which is a file; choose a folder elsewhere")
+    test = existing / f".mlmtrain-write-test-{os.getpid()}"
+    try:
+        test.write_bytes(b"ok")
+        test.unlink()
+    except OSError as error:
+        reason = write_failure(error, existing)
+        message = f"--save {save}: cannot write in {existing}: {reason}; choose a writable folder"
+        raise UserError("argument", message) from None
 
 
 def _save(model: Any, tokenizer: Any, folder: Path) -> None:
     """save_pretrained into a temporary sibling, then rename: a crash leaves no half-written folder under the name."""
     temporary = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
-    model.save_pretrained(temporary)
-    tokenizer.save_pretrained(temporary)
-    if folder.exists():  # the empty folder _check_save allowed
-        folder.rmdir()
-    temporary.rename(folder)
+    try:
+        model.save_pretrained(temporary)
+        tokenizer.save_pretrained(temporary)
+        if folder.exists():  # the empty folder _check_save allowed
+            folder.rmdir()
+        temporary.rename(folder)
+    except Exception as error:  # OSError, or the plain Exception of a Rust-backed writer (tokenizers, safetensors)
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise UserError(
+            "argument",
+            f"--save {folder}: could not write the fine-tuned model: {write_failure(error, folder)}; "
+            "free disk space or fix permissions, then run again",
+        ) from error
 
 
 def run_probe_command(
@@ -108,10 +131,18 @@ def run_probe_command(
         untrained_result, _ = probe_encoder(model, config, prepared, settings, torch_device, baseline=True)
         report["baseline"] = untrained_result.as_dict()
     if save is not None:
-        _save(trained, tokenizer, save)
+        try:
+            _save(trained, tokenizer, save)
+        except UserError:
+            _print_report(report, as_json)  # the scores cost the whole fine-tuning: print them before the error
+            raise
         report["saved"] = str(save)
-    print(json.dumps(_json_safe(report)) if as_json else _table(report), flush=True)
+    _print_report(report, as_json)
     return report
+
+
+def _print_report(report: dict[str, Any], as_json: bool) -> None:
+    print(json.dumps(_json_safe(report)) if as_json else _table(report), flush=True)
 
 
 def _settings(settings: ProbeSettings) -> dict[str, Any]:

@@ -209,6 +209,48 @@ def test_save_keeps_an_ordinary_hf_folder_of_the_best_epoch(
     assert (saved / "tokenizer.json").is_file()
 
 
+def test_save_under_a_file_is_refused_before_fine_tuning(
+    untrained_folder: Path, topics: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    def no_training(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("fine-tuning started before --save was checked")
+
+    monkeypatch.setattr("mlmtrain.probe_command.probe_encoder", no_training)
+    (tmp_path / "afile").write_text("mine\n")
+    saved = tmp_path / "afile" / "saved"
+    args = ["--model", str(untrained_folder), "--task", str(topics / "task"), "--save", str(saved)]
+    code, lines = run_cli(capsys, "probe", *args, "--device", "cpu")
+    assert code == 2
+    assert_one_error_line(lines, f"--save {saved}", f"lies under {tmp_path / 'afile'}, which is a file")
+    assert (tmp_path / "afile").read_text() == "mine\n"
+
+
+def test_a_failed_save_is_one_line_after_the_scores(
+    untrained_folder: Path, topics: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import errno
+
+    from transformers import PreTrainedModel
+
+    def full_disk(self: Any, folder: Any, *args: Any, **kwargs: Any) -> None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "model.safetensors").write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", full_disk)
+    saved = tmp_path / "fine-tuned"
+    args = ["--model", str(untrained_folder), "--task", str(topics / "task"), "--epochs", "1", "--save", str(saved)]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        cli_main(["probe", *args, "--json", "--device", "cpu"])
+    captured = capsys.readouterr()
+    assert done.value.code == 2
+    assert_one_error_line(captured.err.strip().splitlines(), f"--save {saved}", "No space left on device")
+    report = json.loads(captured.out)  # the scores of the fine-tuning are printed all the same
+    assert "accuracy" in report and "saved" not in report
+    assert not saved.exists() and not list(tmp_path.glob(".fine-tuned.tmp-*"))
+
+
 def test_regression_task_reports_pearson_and_spearman(
     untrained_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
