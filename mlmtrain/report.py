@@ -7,6 +7,7 @@ Reads run folders only (see `rundata`); matplotlib draws the plots and is an opt
 
 from __future__ import annotations
 
+import contextlib
 import html
 import io
 import math
@@ -19,6 +20,7 @@ from typing import Any, Optional
 import numpy as np
 
 from mlmtrain.errors import UserError
+from mlmtrain.files import check_writable_folder, write_failure
 from mlmtrain.health import FAIL, OK, Verdict, parse_overrides, run_checks, smooth
 from mlmtrain.progress import say
 from mlmtrain.rundata import Run, Series, flatten, load_runs
@@ -353,17 +355,34 @@ def _refuse_foreign(path: Path, mark: bytes, option: str) -> None:
         raise UserError("report", f"{path} exists and was not written by mlmtrain report; choose another {option}")
 
 
-def _write_png(figure: Any, path: Path) -> None:
+class _WriteFailed(UserError):
+    """A page or PNG that could not be written (full disk, permissions): the live report warns and tries again at
+    the next checkpoint, as the disk may have room by then."""
+
+
+def _replace_file(path: Path, write: Any) -> None:
+    """`write(temporary)` beside `path`, then renamed: a browser reloading the page mid-write sees the old one or
+    the new one; a failed write leaves no temporary behind and becomes one line."""
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    figure.savefig(temporary, format="png", dpi=150, metadata={"Software": PNG_MARK})
-    os.replace(temporary, path)
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        raise _WriteFailed(
+            "report", f"cannot write {path}: {write_failure(error, path)}; free disk space or fix permissions"
+        ) from None
+
+
+def _write_png(figure: Any, path: Path) -> None:
+    _replace_file(
+        path, lambda temporary: figure.savefig(temporary, format="png", dpi=150, metadata={"Software": PNG_MARK})
+    )
 
 
 def _write_text(path: Path, text: str) -> None:
-    """Written beside, then renamed: a browser reloading the page mid-write sees the old one or the new one."""
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
+    _replace_file(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
 
 
 def write_report(
@@ -381,19 +400,25 @@ def write_report(
     thresholds = parse_overrides(overrides or [])
     runs = load_runs(run_dirs)
     _matplotlib()
+    key = "the folder of --out" if out is not None else "the report's folder"
     if out is None:
         out = Path(run_dirs[0]) / "report.html" if len(runs) == 1 else Path("report.html")
     out = Path(out)
     _refuse_foreign(out, GENERATOR.encode(), "--out file")
     if not out.parent.is_dir():
         raise UserError("argument", f"--out {out}: the folder {out.parent} does not exist; create it first")
+    # proven writable before any plot is drawn or PNG written: a page that cannot be saved must not half-do the rest
+    try:
+        check_writable_folder(out.parent, "argument", key)
+    except UserError as error:  # the folder exists: this is a failed write, which the live report tries again
+        raise _WriteFailed(error.topic, error.message) from None
     if png_dir is not None:
         png_dir = Path(png_dir)
         if png_dir.exists() and not png_dir.is_dir():
             raise UserError("argument", f"--png {png_dir} is a file; pass a folder")
         for curve in (c for c in CURVES if curve_keys(c, runs)):  # checked before any is written: nothing half-done
             _refuse_foreign(png_dir / f"{curve.slug}.png", PNG_MARK.encode(), "--png folder")
-        png_dir.mkdir(parents=True, exist_ok=True)
+        check_writable_folder(png_dir, "argument", "--png")  # creates it
     _write_text(out, build_page(runs, axis, thresholds, png_dir))
     return out
 
@@ -427,6 +452,8 @@ class LiveReport:
             return
         try:
             write_report([self.run_dir])
+        except _WriteFailed as error:  # the disk may have room at the next checkpoint
+            say(f"report.html not written: {error.message}; training goes on")
         except UserError as error:  # matplotlib missing, a foreign report.html: say it once, then stop trying
             self.enabled = False
             say(f"report.html not written: {error.message} (set report.html: false to silence this)")

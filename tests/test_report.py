@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -425,6 +426,40 @@ def test_a_page_replaces_only_its_own_files(tmp_path: Path, capsys: Any) -> None
     live.refresh()
     assert (folder / "report.html").read_text() == "<html>mine</html>"
     assert capsys.readouterr().err.count("not written by mlmtrain report") == 1
+
+
+@pytest.mark.parametrize(
+    "option, target, needles",
+    [
+        ("--png", "afile/figs", ["--png", "lies under", "which is a file"]),
+        ("--out", "/proc/r.html", ["--out", "/proc", "cannot write"]),
+        ("--out", "full-disk/r.html", ["r.html", "No space left on device"]),
+    ],
+    ids=["png-under-a-file", "out-in-proc", "out-on-a-full-disk"],
+)
+def test_an_out_or_png_that_cannot_be_written_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any, option: str, target: str, needles: list[str]
+) -> None:
+    from .test_reliability import assert_one_error_line, run_cli
+
+    folder = write_run(tmp_path / "run", healthy_spec())
+    (tmp_path / "afile").write_text("mine\n")
+    (tmp_path / "full-disk").mkdir()
+    if target.startswith("full-disk"):
+        real_write_text = Path.write_text
+
+        def full_disk(self: Path, *args: Any, **kwargs: Any) -> int:
+            if self.parent.name == "full-disk" and "r.html" in self.name:  # the page, not the writability test
+                real_write_text(self, "<html>half")
+                raise OSError(28, "No space left on device")
+            return real_write_text(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "write_text", full_disk)
+    code, lines = run_cli(capsys, "report", str(folder), option, str(tmp_path / target))
+    assert code == 2
+    assert_one_error_line(lines, *needles)
+    assert (tmp_path / "afile").read_text() == "mine\n"
+    assert not (folder / "report.html").exists() and os.listdir(tmp_path / "full-disk") == []
 
 
 def test_probe_scores_get_one_figure_and_a_row_each(tmp_path: Path) -> None:
