@@ -478,32 +478,50 @@ def _yaml_error(path: str, error: yaml.YAMLError) -> UserError:
     return UserError("config", f"{path}: malformed YAML{where}: {problem}; fix the syntax there")
 
 
-def _refuse_duplicate_keys(node: yaml.Node, parents: list[str], name: str) -> None:
+def _refuse_duplicate_keys(
+    node: yaml.Node, parents: list[str], name: str, open_nodes: set[int], done: set[int]
+) -> None:
     """UserError for a key given twice in one mapping: plain YAML keeps the last one silently, so a second
-    `optim:` section would reset every key the first one set."""
+    `optim:` section would reset every key the first one set. Also for a node that holds itself through an alias
+    (`data: &a [*a]`): no config value can be infinite, and walking it would never end.
+
+    `open_nodes` are the ids of the nodes being walked (the path here); `done` those already walked, which an
+    alias may name again: each is walked once, so aliases of aliases cannot multiply the work.
+    """
+    if id(node) in open_nodes:
+        where = f"'{'.'.join(parents)}'" if parents else "the value"
+        raise UserError(
+            "config",
+            f"{name}: {where} contains itself (a recursive alias to the node at line {node.start_mark.line + 1}); "
+            "write the value out instead of the alias",
+        )
+    if id(node) in done or not isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
+        return
+    open_nodes.add(id(node))
     if isinstance(node, yaml.SequenceNode):
         for item in node.value:
-            _refuse_duplicate_keys(item, parents, name)
-    if not isinstance(node, yaml.MappingNode):
-        return
-    seen: dict[str, int] = {}
-    for key_node, value_node in node.value:
-        key, line = str(key_node.value), key_node.start_mark.line + 1
-        if key in seen:
-            where = ".".join([*parents, key])
-            raise UserError("config", f"{name}: '{where}' appears twice (lines {seen[key]} and {line}); keep one")
-        seen[key] = line
-        _refuse_duplicate_keys(value_node, [*parents, key], name)
+            _refuse_duplicate_keys(item, parents, name, open_nodes, done)
+    else:
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key, line = str(key_node.value), key_node.start_mark.line + 1
+            if key in seen:
+                where = ".".join([*parents, key])
+                raise UserError("config", f"{name}: '{where}' appears twice (lines {seen[key]} and {line}); keep one")
+            seen[key] = line
+            _refuse_duplicate_keys(value_node, [*parents, key], name, open_nodes, done)
+    open_nodes.discard(id(node))
+    done.add(id(node))
 
 
 def load_yaml_text(text: str, name: str) -> Any:
-    """yaml.safe_load that refuses duplicate keys (`name` says where the text came from)."""
+    """yaml.safe_load that refuses duplicate keys and recursive aliases (`name` says where the text came from)."""
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        _refuse_duplicate_keys(node, [], name)
+        _refuse_duplicate_keys(node, [], name, set(), set())
         return loader.construct_document(node)
     finally:
         loader.dispose()

@@ -71,6 +71,7 @@ def test_bare_command_shows_help() -> None:
         (["pretrain", "--bogus"], "No such option"),
         (["eval-perplexity"], "Missing option"),
         (["tokenize", "--set", "data.train=/no/such/file.txt"], "/no/such/file.txt"),
+        (["config", "show", "--set", "data.train=&a [*a]"], "contains itself"),
     ],
 )
 def test_user_errors_are_one_line_exit_2(args: list[str], needle: str, tmp_path: Path) -> None:

@@ -117,3 +117,16 @@ def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
     path.write_text("- 1\n- 2\n")
     with pytest.raises(UserError, match="must hold a mapping"):
         load_config(path)
+
+
+@pytest.mark.parametrize(
+    "text", ["data: &a [*a]\n", "data:\n  train: &a\n    x: *a\n"], ids=["list-in-itself", "mapping-in-itself"]
+)
+def test_a_recursive_alias_is_refused(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "rec.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=r"contains itself.*alias.*line \d") as info:
+        load_config(path)
+    assert str(path) in str(info.value) and "data" in str(info.value)
+    with pytest.raises(UserError, match="--set data.train: .*contains itself"):
+        load_config(None, ["data.train=&a [*a]"])
