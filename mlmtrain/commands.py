@@ -189,11 +189,31 @@ def run_tokenize_command(cfg: Any) -> Path:
         return tokenize_corpus(cfg)
 
 
+def _not_utf8(where: str, error: UnicodeError) -> UserError:
+    return UserError(
+        "fill-mask", f"{where} is not valid UTF-8 ({error.reason}); convert the text to UTF-8 (iconv -t UTF-8)"
+    )
+
+
 def _fill_mask_lines(text: Optional[str]) -> Iterator[str]:
+    """TEXT, or each non-blank stdin line, refused when not UTF-8. Python hands undecodable bytes of argv (and of
+    stdin, under some locales) on as lone surrogates, which the tokenizer rejects with a TypeError."""
     if text is not None:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise _not_utf8("TEXT", error) from None
         yield text
         return
-    for line in sys.stdin:
+    # stdin's bytes, decoded here line by line: a text stream decodes in chunks, so its error (under a strict
+    # locale) could not say which line was bad; a stream with no bytes under it (a test's StringIO) is read as text
+    raw = getattr(sys.stdin, "buffer", None)
+    for number, line in enumerate(raw if raw is not None else sys.stdin, 1):
+        try:
+            line = line.decode("utf-8") if isinstance(line, bytes) else line
+            line.encode("utf-8")
+        except UnicodeError as error:
+            raise _not_utf8(f"line {number} of stdin", error) from None
         if line.strip():
             yield line.rstrip("\r\n")
 

@@ -306,6 +306,7 @@ BAD_ARGUMENTS = [
     (["pretrain", "--set", "train.run_dir={tmp}/run", "--set", "model.hidden_size=65536"], "parameters"),
     (["fill-mask", "--model", "{model}", "-k", "100000", "a [MASK] b"], "--top-k"),
     (["fill-mask", "--model", "{model}", "a [MASK] " + "word " * 100], "positions"),
+    (["fill-mask", "--model", "{model}", "a quick [MASK] fox \udcff\udcfe here"], "not valid UTF-8"),
     (["pretrian"], "No such command 'pretrian'"),
     (["eval-perplexity", "--model", "{model}"], "--data"),
     (["eval-perplexity", "--model", "{tmp}/no-model", "--data", "{valid}"], "--model"),
@@ -372,3 +373,20 @@ def test_bad_config_or_argument_in_a_real_process(
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert_one_error_line(done.stderr.strip().splitlines(), "mlmtrain: ", needle)
+
+
+@pytest.mark.parametrize("errors", ["surrogateescape", "strict"])
+def test_fill_mask_refuses_a_stdin_line_that_is_not_utf8(model_dir: Path, errors: str) -> None:
+    """Python reads undecodable stdin bytes as lone surrogates (or fails a whole chunk, under a strict locale),
+    which the tokenizer cannot take: one line, naming the line, after the good lines' completions."""
+    done = subprocess.run(
+        [sys.executable, "-m", "mlmtrain", "fill-mask", "--model", str(model_dir), "--device", "cpu", "-k", "1"],
+        input=b"the quick [MASK] fox\n\na quick [MASK] fox \xff\xfe here\n",
+        capture_output=True,
+        env={**CHILD_ENV, "PYTHONIOENCODING": f"utf-8:{errors}"},
+        timeout=120,
+    )
+    stderr = done.stderr.decode("utf-8", "replace")
+    assert done.returncode == 2, stderr
+    assert_one_error_line(stderr.strip().splitlines(), "fill-mask", "line 3 of stdin", "not valid UTF-8")
+    assert done.stdout.decode().startswith("the quick [MASK] fox\n")
