@@ -100,10 +100,13 @@ def check_loss_spikes(run: Run, limits: ReportConfig) -> Verdict:
 def check_nonfinite(run: Run, limits: ReportConfig) -> Verdict:
     name = "non-finite steps"
     skipped = run.get("nonfinite_skipped")  # the loop's running count of skipped steps
-    count = int(np.nanmax(skipped.value)) if skipped is not None else 0
+    # from the finite counts only: a count of nan or inf (a metrics line garbled by hand) has no integer value; it
+    # is reported below as a non-finite value like any other
+    counts = skipped.finite().value if skipped is not None else np.zeros(0)
+    count = int(counts.max()) if len(counts) else 0
     logged = {
         key: int((~np.isfinite(run.series[key].value)).sum())
-        for key in ("loss", "grad_norm", "eval_loss")
+        for key in ("loss", "grad_norm", "eval_loss", "nonfinite_skipped")
         if key in run.series
     }
     logged = {key: n for key, n in logged.items() if n}

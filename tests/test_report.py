@@ -400,6 +400,26 @@ def test_nonfinite_values_and_no_evaluation(tmp_path: Path) -> None:
     assert page.says("no validation evaluation logged", "non-finite loss value")
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", None])
+@pytest.mark.parametrize("counted_before", [False, True], ids=["alone", "after-a-count"])
+def test_a_nonfinite_skipped_count_fails_the_check_without_a_traceback(
+    tmp_path: Path, capsys: Any, value: str | None, counted_before: bool
+) -> None:
+    from .test_reliability import run_cli
+
+    spec = healthy_spec()
+    if counted_before:
+        spec["extra"].append({"step": 1000, "tokens": 100_000_000, "nonfinite_skipped": 2})
+    spec["extra"].append({"step": 2000, "tokens": 200_000_000, "nonfinite_skipped": value})
+    folder = write_run(tmp_path / "run", spec)
+    verdict = verdicts_of(folder)["non-finite steps"]
+    assert verdict.status == health.FAIL and "1 non-finite nonfinite_skipped value(s)" in verdict.message
+    assert ("2 step(s) skipped" in verdict.message) == counted_before
+    code, lines = run_cli(capsys, "report", "--check", str(folder))
+    assert code == 1 and not lines
+    read_page(report.write_report([folder]))
+
+
 def test_a_page_replaces_only_its_own_files(tmp_path: Path, capsys: Any) -> None:
     folder = write_run(tmp_path / "run", healthy_spec())
     foreign = tmp_path / "notes.html"
