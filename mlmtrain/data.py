@@ -195,7 +195,11 @@ class LiveMicroBatches(IterableDataset):
         order = torch.randperm(len(buffer), generator=generator).tolist()
         yield from (buffer[i] for i in order)
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        # the corpus is read here, in the workers: a bad file or too little text must reach the user as one line
+        return _carrying_user_errors(self._micro_batches())
+
+    def _micro_batches(self) -> Iterator[dict[str, torch.Tensor]]:
         info = get_worker_info()
         worker = info.id if info is not None else 0
         workers = self.num_workers if info is not None else 1
@@ -229,6 +233,26 @@ class LiveMicroBatches(IterableDataset):
                     f"data shard {shard} of {shards} holds fewer tokens than one micro-batch of "
                     f"{layout.micro_batch_size} blocks; add text or use fewer workers",
                 )
+
+
+_WORKER_ERROR = "mlmtrain_user_error"  # the key of an item that carries a loader worker's UserError
+
+
+def _carrying_user_errors(batches: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The micro-batches, and a UserError raised while making them as one last item that holds it: torch would
+    re-raise it in the main process as a RuntimeError whose text is a traceback."""
+    try:
+        yield from batches
+    except UserError as error:
+        yield {_WORKER_ERROR: (error.topic, error.message)}
+
+
+def raise_worker_errors(batches: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The loader's micro-batches; a UserError carried from a worker is raised again here, as itself."""
+    for batch in batches:
+        if _WORKER_ERROR in batch:
+            raise UserError(*batch[_WORKER_ERROR])
+        yield batch
 
 
 def make_loader(dataset: IterableDataset, num_workers: int, pin_memory: bool) -> DataLoader:

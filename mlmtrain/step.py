@@ -18,7 +18,15 @@ import torch
 
 from mlmtrain import checkpoint as ckpt
 from mlmtrain.config import Config
-from mlmtrain.data import BatchLayout, LiveMicroBatches, MicroBatches, StoreBlocks, batch_layout, make_loader
+from mlmtrain.data import (
+    BatchLayout,
+    LiveMicroBatches,
+    MicroBatches,
+    StoreBlocks,
+    batch_layout,
+    make_loader,
+    raise_worker_errors,
+)
 from mlmtrain.distributed import DistContext, all_reduce_sum
 from mlmtrain.errors import UserError
 from mlmtrain.evaluate import autocast_context
@@ -124,7 +132,7 @@ def build_parts(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
         cfg.data.num_workers,
         pin_memory=device.type == "cuda",
     )
-    batches = iter(loader)
+    batches = raise_worker_errors(iter(loader))
     if saved and ctx.rank < len(saved["rng"]):
         ckpt.set_rng_state(saved["rng"][ctx.rank])  # each rank its own: dropout continues as if never stopped
     else:  # a fresh run, or a rank the saved run did not have

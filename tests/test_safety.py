@@ -615,3 +615,20 @@ def test_a_block_length_too_short_in_a_checkpoints_mlmtrain_yaml_names_that_file
     code, lines = run_cli(capsys, *command)
     assert code == 2
     assert_one_error_line(lines, f"data.seq_len of {folder / 'mlmtrain.yaml'} must be >= 8", "pass --seq-len")
+
+
+# ---------------------------------------------------------------------------------------------
+# Data errors raised inside the loader's workers (data.use_store: false reads the corpus there)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_too_little_text_for_a_live_worker_is_one_line(
+    workers: int, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    small = tmp_path / "small.txt"
+    small.write_text("small doc one\nsmall doc two\nthird\n")
+    live = {"data.use_store": False, "data.num_workers": workers, "data.train": str(small)}
+    live["data.validation"] = str(small)
+    code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, tmp_path / "run", **QUICK, **live))
+    assert code == 2
+    assert_one_error_line(lines, "mlmtrain: data: data shard 0 of 1 holds fewer tokens", "add text")
