@@ -566,7 +566,9 @@ def apply_override(tree: dict[str, Any], assignment: str) -> None:
         value = load_yaml_text(raw, f"--set {dotted}") if raw.strip() else None
     except yaml.YAMLError:
         value = raw
-    section = tree.setdefault(parts[0], {})
+    if tree.get(parts[0]) is None:  # absent, or an empty `optim:` in the file, which loads as an empty section
+        tree[parts[0]] = {}
+    section = tree[parts[0]]
     if not isinstance(section, dict):
         raise UserError("config", f"{parts[0]} must be a mapping of keys, not {section!r}")
     section[parts[1]] = value

@@ -52,6 +52,13 @@ def test_overrides_are_yaml_scalars(tmp_path: Path) -> None:
     assert cfg.masking.whole_word is True
 
 
+def test_a_set_fills_a_section_left_empty_in_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("optim:\ntrain:\n  max_steps: 7\n")  # `optim:` alone loads as null: an empty section
+    cfg = load_config(path, ["optim.lr=2e-3"])
+    assert cfg.optim.lr == pytest.approx(2e-3) and cfg.train.max_steps == 7
+
+
 def test_list_sources_and_derived_paths() -> None:
     cfg = load_config(None, ["data.train=[a.txt, b.txt]", "train.run_dir=runs/x"])
     assert cfg.data.train == ["a.txt", "b.txt"]
