@@ -394,6 +394,12 @@ def load_masked_lm(folder: Union[str, Path]) -> tuple[Any, Any]:
         try:
             mlm, info = AutoModelForMaskedLM.from_pretrained(folder, config=config, output_loading_info=True)
         except Exception as error:  # safetensors, pickle and torch errors: a truncated or damaged file
+            if "mismatch" in str(error).lower():  # whole weights of other shapes: it is config.json that changed
+                raise UserError(
+                    "model",
+                    f"the weights in {folder} do not have the shapes its config.json describes (it was edited, or "
+                    "belongs to another model): restore that config.json or use another checkpoint",
+                ) from error
             raise UserError(
                 "model",
                 f"cannot load the weights in {folder} ({first_line(error)}); the file is truncated or corrupt: "

@@ -498,6 +498,20 @@ def test_eval_perplexity_refuses_truncated_weights(
     assert_one_error_line(lines, "mlmtrain: model: ", str(folder), "truncated or corrupt")
 
 
+def test_eval_perplexity_on_weights_that_do_not_fit_an_edited_config_says_so(
+    good_checkpoint: Path, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    folder = shutil.copytree(good_checkpoint, tmp_path / "step-2")
+    settings = json.loads((folder / "config.json").read_text())
+    settings["intermediate_size"] *= 2  # the weights stay as trained: every feed-forward matrix has the old shape
+    (folder / "config.json").write_text(json.dumps(settings))
+    code, lines = run_cli(
+        capsys, "eval-perplexity", "--model", str(folder), "--data", str(tiny_data / "valid.txt"), "--device", "cpu"
+    )
+    assert code == 2
+    assert_one_error_line(lines, str(folder), "do not have the shapes its config.json describes")
+
+
 # ---------------------------------------------------------------------------------------------
 # Non-finite loss
 
