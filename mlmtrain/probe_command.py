@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from mlmtrain.commands import _device, _json_safe, _positive
+from mlmtrain.config import LARGEST_INT
 from mlmtrain.errors import UserError
 from mlmtrain.files import write_failure
 from mlmtrain.probe import (
@@ -101,6 +102,8 @@ def run_probe_command(
         raise UserError("argument", f"--lr must be > 0 (got {settings.lr})")
     if settings.max_length < 8:
         raise UserError("argument", f"--max-length must be >= 8 (got {settings.max_length})")
+    if not 0 <= settings.seed <= LARGEST_INT:  # torch's seeds are 64-bit
+        raise UserError("argument", f"--seed must lie in [0, {LARGEST_INT}] (got {settings.seed})")
     settings.mode = mode
     _check_save(save, mode)
     torch_device = _device(device)

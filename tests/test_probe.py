@@ -419,6 +419,10 @@ def _unknown_mode(root: Path) -> tuple[list[str], list[str]]:
     return ["--task", str(root), "--mode", "probe"], ["--mode must be finetune or linear", "'probe'"]
 
 
+def _seed_beyond_64_bits(root: Path) -> tuple[list[str], list[str]]:
+    return ["--task", str(root), "--seed", str(2**64)], ["--seed must lie in [0, ", str(2**64)]
+
+
 def _missing_task(root: Path) -> tuple[list[str], list[str]]:
     return ["--task", str(root / "nowhere")], ["does not exist"]
 
@@ -432,6 +436,7 @@ BAD_TASKS = [
     _csv_row_with_more_fields_than_its_header,
     _one_train_example_and_no_valid,
     _unknown_mode,
+    _seed_beyond_64_bits,
 ]
 
 
