@@ -99,7 +99,7 @@ def _remove_the_old_run(run_dir: Path) -> None:
         named = ", ".join(str(entry) for entry in theirs[:3]) + (f" and {len(theirs) - 3} more" if theirs[3:] else "")
         raise UserError(
             "run",
-            f"--overwrite would delete {named}, which mlmtrain did not write; move it out of {run_dir} "
+            f"--overwrite would delete {named}, which mlmtrain cannot prove it wrote; move it out of {run_dir} "
             "(or choose another train.run_dir), then run again",
         )
     for entry in ours:
