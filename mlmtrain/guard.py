@@ -102,17 +102,21 @@ def _remove_the_old_run(run_dir: Path) -> None:
             f"--overwrite would delete {named}, which mlmtrain cannot prove it wrote; move it out of {run_dir} "
             "(or choose another train.run_dir), then run again",
         )
-    for entry in ours:
-        if entry.is_dir() and not entry.is_symlink():
-            (entry / ckpt.COMPLETE).unlink(missing_ok=True)  # first: a kill amid the removal leaves no husk to load
-            shutil.rmtree(entry)
-        else:
+    try:
+        for entry in ours:
+            if entry.is_dir() and not entry.is_symlink():
+                (entry / ckpt.COMPLETE).unlink(missing_ok=True)  # first: a kill amid the removal leaves no husk
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        for entry in events:
             entry.unlink()
-    for entry in events:
-        entry.unlink()
-    for folder in (checkpoints, board):
-        if folder.is_dir():
-            folder.rmdir()
+        for folder in (checkpoints, board):
+            if folder.is_dir():
+                folder.rmdir()
+    except OSError as error:  # permissions, a file that appeared meanwhile: say so; what is left stays as it is
+        reason = f"{error.filename}: {error.strerror}"
+        raise UserError("run", f"--overwrite could not remove the old run's {reason}; fix it, then run again") from None
     for name in ("metrics.jsonl", "run.json"):
         (run_dir / name).unlink(missing_ok=True)
 
