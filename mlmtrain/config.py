@@ -674,12 +674,25 @@ def load_config(path: Union[str, Path, None], overrides: Union[list[str], tuple[
     return config_from_dict(tree)
 
 
+SAVED_CONFIG_HEADER = "# The resolved config of this output, written by mlmtrain.\n"
+
+
 def save_config(config: Config, folder: Union[str, Path], name: str = "mlmtrain.yaml") -> Path:
     """Write the resolved config beside an output, so the output says how it was made."""
     target = Path(folder) / name
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(config.to_yaml(), encoding="utf-8")
+    target.write_text(SAVED_CONFIG_HEADER + config.to_yaml(), encoding="utf-8")
     return target
+
+
+def replaceable_config(path: Path, config: Config) -> bool:
+    """True if the file at `path` is a config mlmtrain saved, or holds exactly what saving `config` writes (as
+    `mlmtrain config show` prints it): replacing it loses nothing. A config the user wrote there is neither."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return text.startswith(SAVED_CONFIG_HEADER) or text == config.to_yaml()
 
 
 def describe_fields() -> list[tuple[str, Any, str]]:

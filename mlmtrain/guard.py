@@ -17,7 +17,7 @@ from typing import Any, Optional
 import torch
 
 from mlmtrain import checkpoint as ckpt
-from mlmtrain.config import Config
+from mlmtrain.config import Config, replaceable_config
 from mlmtrain.errors import UserError
 from mlmtrain.files import check_writable_folder
 from mlmtrain.progress import say
@@ -67,15 +67,24 @@ def locked(run_dir: Path) -> Iterator[None]:
         lock.release()
 
 
-def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool) -> None:
+def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool, cfg: Optional[Config] = None) -> None:
     """Refuse to mix two runs in one folder unless the user said --resume or --overwrite; check that checkpoints
-    can be written there before any step is trained."""
+    can be written there before any step is trained. In a folder that holds no run yet, refuse to replace a
+    mlmtrain.yaml the user keeps there (pretrain saves the run's resolved config under that name)."""
     checkpoints = ckpt.checkpoints_dir(run_dir)
     if checkpoints.exists() and not checkpoints.is_dir():
         raise UserError("run", f"{checkpoints} is a file, where checkpoints go; move it away, then run again")
     holds_run = (run_dir / "metrics.jsonl").exists() or checkpoints.exists()
     if holds_run and overwrite:
         _remove_the_old_run(run_dir)
+    elif not holds_run and cfg is not None:
+        saved = run_dir / "mlmtrain.yaml"
+        if saved.exists() and not replaceable_config(saved, cfg):
+            raise UserError(
+                "run",
+                f"{saved} is not a config mlmtrain wrote, and pretrain saves the run's resolved config under that "
+                "name; rename your file (e.g. config.yaml) or choose another train.run_dir",
+            )
     elif holds_run and resume is None:
         raise UserError(
             "run",

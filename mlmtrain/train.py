@@ -51,7 +51,7 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
     task = on_main(ctx, lambda: live_task(cfg.probe))  # a bad probe task fails before anything is written
     lock = on_main(ctx, lambda: RunLock(run_dir))
     try:
-        on_main(ctx, lambda: claim_run_dir(run_dir, resume, overwrite))
+        on_main(ctx, lambda: claim_run_dir(run_dir, resume, overwrite, cfg))
         resume_from = ckpt.resolve_resume(run_dir, resume) if resume is not None else None
         # a resume that cannot work is refused before the tokenizer or the store is rebuilt
         on_main(ctx, lambda: check_before_start(cfg, ctx.device, resume_from))

@@ -21,7 +21,7 @@ import pytest
 
 from mlmtrain.train import pretrain
 
-from .conftest import write_corpus
+from .conftest import tiny_overrides, write_corpus
 from .test_reliability import (
     CHILD_ENV,
     CHILD_TIMEOUT_S,
@@ -647,3 +647,25 @@ def test_overwrite_that_cannot_remove_the_old_run_is_one_line(
     assert code == 2
     assert_one_error_line(lines, "--overwrite could not remove the old run's", "step-2", os.strerror(errno.EACCES))
     assert (finished_run / "metrics.jsonl").exists()  # nothing after the failed removal was touched
+
+
+def test_a_users_config_named_mlmtrain_yaml_in_a_fresh_run_folder_is_not_replaced(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from mlmtrain.config import SAVED_CONFIG_HEADER, load_config
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    mine = run_dir / "mlmtrain.yaml"
+    mine.write_text("# my notes on this experiment\ntrain:\n  seed: 0\n")
+    options = set_options(tiny_data, run_dir, **QUICK)
+    code, lines = run_cli(capsys, "pretrain", "--config", str(mine), *options)
+    assert code == 2
+    assert_one_error_line(lines, str(mine), "not a config mlmtrain wrote", "rename your file")
+    assert mine.read_text() == "# my notes on this experiment\ntrain:\n  seed: 0\n"
+    assert not (run_dir / "checkpoints").exists()
+    # what `mlmtrain config show` prints for these settings loses nothing when replaced: that one is accepted
+    mine.write_text(load_config(mine, tiny_overrides(tiny_data, **{"train.run_dir": str(run_dir), **QUICK})).to_yaml())
+    code, lines = run_cli(capsys, "pretrain", "--config", str(mine), *options)
+    assert code == 0, lines
+    assert mine.read_text().startswith(SAVED_CONFIG_HEADER)
