@@ -210,9 +210,14 @@ def prune_checkpoints(
         if foreign != []:
             spared.append((folder, foreign))
             continue
-        (folder / COMPLETE).unlink(missing_ok=True)  # first: a kill amid the removal leaves no "complete" husk
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_checkpoint(folder, ignore_errors=True)
     return spared
+
+
+def remove_checkpoint(folder: Path, ignore_errors: bool = False) -> None:
+    """Delete a checkpoint folder, its COMPLETE marker first: a kill amid the removal leaves no husk that loads."""
+    (folder / COMPLETE).unlink(missing_ok=True)
+    shutil.rmtree(folder, ignore_errors=ignore_errors)
 
 
 def why_spared(foreign: Optional[list[str]]) -> str:

@@ -173,16 +173,19 @@ def _free_bytes(path: Path) -> Optional[int]:
     return None
 
 
-def check_writable_folder(folder: Path, topic: str, key: str) -> None:
-    """Create `folder` if needed and prove that a file can be written in it; one clear UserError otherwise."""
+def check_writable_folder(folder: Path, topic: str, key: str, create: bool = True) -> None:
+    """Create `folder` if needed and prove that a file can be written in it; one clear UserError otherwise.
+    With `create` False nothing is created: the nearest folder that exists is proven writable instead (for an
+    output written only after a long job, which must not leave empty folders behind if the job fails)."""
     folder = Path(folder)
     blocker = next((p for p in (folder, *folder.parents) if p.exists() or p.is_symlink()), None)
     if blocker is not None and not blocker.is_dir():
         where = "is a file" if blocker == folder else f"lies under {blocker}, which is a file"
         raise UserError(topic, f"{key} {folder} {where}; set {key} to a folder")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".mlmtrain-write-test-{os.getpid()}"
+        if create:
+            folder.mkdir(parents=True, exist_ok=True)
+        probe = (folder if create else blocker or Path(".")) / f".mlmtrain-write-test-{os.getpid()}"
         probe.write_bytes(b"ok")
         probe.unlink()
     except OSError as error:

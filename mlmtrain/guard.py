@@ -7,7 +7,6 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import shutil
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,7 +66,7 @@ def locked(run_dir: Path) -> Iterator[None]:
         lock.release()
 
 
-def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool, cfg: Optional[Config] = None) -> None:
+def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool, cfg: Config) -> None:
     """Refuse to mix two runs in one folder unless the user said --resume or --overwrite; check that checkpoints
     can be written there before any step is trained. In a folder that holds no run yet, refuse to replace a
     mlmtrain.yaml the user keeps there (pretrain saves the run's resolved config under that name)."""
@@ -77,7 +76,7 @@ def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool, cfg: Op
     holds_run = (run_dir / "metrics.jsonl").exists() or checkpoints.exists()
     if holds_run and overwrite:
         _remove_the_old_run(run_dir)
-    elif not holds_run and cfg is not None:
+    elif not holds_run:
         saved = run_dir / "mlmtrain.yaml"
         if saved.exists() and not replaceable_config(saved, cfg):
             raise UserError(
@@ -114,8 +113,7 @@ def _remove_the_old_run(run_dir: Path) -> None:
     try:
         for entry in ours:
             if entry.is_dir() and not entry.is_symlink():
-                (entry / ckpt.COMPLETE).unlink(missing_ok=True)  # first: a kill amid the removal leaves no husk
-                shutil.rmtree(entry)
+                ckpt.remove_checkpoint(entry)
             else:
                 entry.unlink()
         for entry in events:

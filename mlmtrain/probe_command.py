@@ -13,7 +13,7 @@ from typing import Any, Optional
 from mlmtrain.commands import _device, _json_safe, _positive
 from mlmtrain.config import LARGEST_INT
 from mlmtrain.errors import UserError
-from mlmtrain.files import write_failure
+from mlmtrain.files import check_writable_folder, write_failure
 from mlmtrain.probe import (
     MODES,
     POOLINGS,
@@ -34,18 +34,8 @@ def _check_save(save: Optional[Path], mode: str) -> None:
     if save.exists() and (not save.is_dir() or any(save.iterdir())):
         raise UserError("argument", f"--save {save} already exists and is not an empty folder; choose a new folder")
     # Checked here, before the task is read and the model trained: otherwise the save fails only after all of the
-    # fine-tuning. Not check_writable_folder, which creates the folders: a probe that then fails would leave them.
-    existing = next((p for p in save.parents if p.exists() or p.is_symlink()), Path("."))
-    if not existing.is_dir():
-        raise UserError("argument", f"--save {save} lies under {existing}, which is a file; choose a folder elsewhere")
-    test = existing / f".mlmtrain-write-test-{os.getpid()}"
-    try:
-        test.write_bytes(b"ok")
-        test.unlink()
-    except OSError as error:
-        reason = write_failure(error, existing)
-        message = f"--save {save}: cannot write in {existing}: {reason}; choose a writable folder"
-        raise UserError("argument", message) from None
+    # fine-tuning. Nothing is created: a probe that then fails on its task leaves no empty folders behind.
+    check_writable_folder(save, "argument", "--save", create=False)
 
 
 def _save(model: Any, tokenizer: Any, folder: Path) -> None:

@@ -637,12 +637,10 @@ def test_too_little_text_for_a_live_worker_is_one_line(
 def test_overwrite_that_cannot_remove_the_old_run_is_one_line(
     finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mlmtrain import guard
-
     def refuse(path: Any, *args: Any, **kwargs: Any) -> None:
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
 
-    monkeypatch.setattr(guard.shutil, "rmtree", refuse)  # as root, permissions cannot make a real removal fail
+    monkeypatch.setattr("shutil.rmtree", refuse)  # as root, permissions cannot make a real removal fail
     code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, finished_run, **QUICK), "--overwrite")
     assert code == 2
     assert_one_error_line(lines, "--overwrite could not remove the old run's", "step-2", os.strerror(errno.EACCES))
