@@ -50,6 +50,9 @@ class RunLock:
         self.handle.truncate()
         self.handle.write(f"pid {os.getpid()}")
         self.handle.flush()
+        # A forked child (a DataLoader worker) inherits the descriptor and with it the flock, and outlives a
+        # SIGKILLed parent by seconds: a resume started at once would be refused. Children close their copy.
+        os.register_at_fork(after_in_child=self.handle.close)
 
     def release(self) -> None:
         fcntl.flock(self.handle, fcntl.LOCK_UN)
