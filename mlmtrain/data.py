@@ -13,6 +13,7 @@ see the same blocks and masks as 1 rank × 2b.
 from __future__ import annotations
 
 import itertools
+import signal
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -264,7 +265,16 @@ def make_loader(dataset: IterableDataset, num_workers: int, pin_memory: bool) ->
         pin_memory=pin_memory,
         prefetch_factor=4 if num_workers > 0 else None,
         persistent_workers=False,
+        worker_init_fn=_leave_stopping_to_the_main_process,
     )
+
+
+def _leave_stopping_to_the_main_process(worker_id: int) -> None:
+    """A worker ignores SIGINT and SIGTERM. Ctrl-C, and schedulers that stop a job, signal the whole process group:
+    a worker that died of it would make the main process fail with torch's traceback instead of saving a checkpoint
+    and stopping. The main process ends its workers when it stops; if it is killed, they notice and exit."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def evaluation_blocks(blocks: StoreBlocks, max_blocks: Optional[int]) -> list[int]:

@@ -267,6 +267,20 @@ def test_resuming_an_older_checkpoint_replaces_the_later_ones_whole(tiny_config,
     assert not temporary_folders(run_dir) and not list(ckpt.checkpoints_dir(run_dir).glob(".old-*"))
 
 
+@pytest.mark.slow
+def test_a_run_killed_with_its_loader_worker_alive_can_resume_at_once(tiny_data: Path, tmp_path: Path) -> None:
+    # A DataLoader worker is a forked child: it inherits the run's lock descriptor and outlives a SIGKILLed main
+    # process by seconds. The lock must belong to the main process alone, or a resume at once is refused.
+    from mlmtrain.guard import RunLock
+
+    run_dir = tmp_path / "killed"
+    process = start_pretrain(tiny_data, run_dir, **{**KILL_RUN, "data.num_workers": 1})
+    wait_for(lambda: logged_steps(run_dir) >= 5, process, run_dir)
+    process.send_signal(signal.SIGKILL)
+    assert finish(process, run_dir) == -signal.SIGKILL
+    RunLock(run_dir).release()  # before the fix: "in use by a running mlmtrain (pid …)", the dead main's pid
+
+
 # ---------------------------------------------------------------------------------------------
 # Full disk
 
@@ -652,3 +666,22 @@ def test_sigint_saves_a_checkpoint_and_resume_reaches_the_end(
     assert code == 0
     assert any(line.startswith("stopped at step ") and "--resume" in line for line in lines), lines
     assert_stopped_then_resumed_equals_whole(tiny_data, run_dir, tmp_path / "whole")
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+@pytest.mark.slow
+def test_a_signal_to_the_whole_process_group_saves_a_checkpoint_with_loader_workers(
+    tiny_data: Path, tmp_path: Path, name: str
+) -> None:
+    # Ctrl-C in a terminal and a scheduler's stop signal the whole process group, DataLoader workers included. A
+    # worker that died of it made the main process fail with torch's traceback, no checkpoint saved.
+    run_dir = tmp_path / "stopped"
+    overrides = {**STOP_RUN, "train.max_steps": 100_000, "data.num_workers": 1}
+    process = start_pretrain(tiny_data, run_dir, preexec_fn=os.setsid, **overrides)
+    wait_for(lambda: logged_steps(run_dir) >= 4, process, run_dir)
+    os.killpg(process.pid, getattr(signal, name))
+    assert finish(process, run_dir) == 0, output(run_dir)
+    assert "Traceback" not in output(run_dir)
+    stopped_at = max(by_step(run_dir, "loss"))
+    assert f"stopped at step {stopped_at}" in output(run_dir), output(run_dir)
+    assert assert_checkpoints_sound(run_dir).name == f"step-{stopped_at}"
