@@ -13,7 +13,7 @@ see the same blocks and masks as 1 rank × 2b.
 from __future__ import annotations
 
 import itertools
-import signal
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -270,11 +270,11 @@ def make_loader(dataset: IterableDataset, num_workers: int, pin_memory: bool) ->
 
 
 def _leave_stopping_to_the_main_process(worker_id: int) -> None:
-    """A worker ignores SIGINT and SIGTERM. Ctrl-C, and schedulers that stop a job, signal the whole process group:
-    a worker that died of it would make the main process fail with torch's traceback instead of saving a checkpoint
-    and stopping. The main process ends its workers when it stops; if it is killed, they notice and exit."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    """A worker leaves the run's process group. Ctrl-C, `timeout` and `kill -- -PGID` signal the whole group: a
+    worker that died of it made the main process fail with torch's traceback instead of saving a checkpoint and
+    stopping. Out of the group, only the main process gets the signal; it ends its workers when it stops (their
+    default SIGTERM stays, which torch uses to end a stuck worker), and if it is killed, they notice and exit."""
+    os.setpgid(0, 0)
 
 
 def evaluation_blocks(blocks: StoreBlocks, max_blocks: Optional[int]) -> list[int]:
