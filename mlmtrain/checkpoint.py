@@ -23,7 +23,7 @@ from safetensors import SafetensorError
 
 from mlmtrain.config import Config, save_config
 from mlmtrain.durable import fsync_dir, fsync_tree, write_marker
-from mlmtrain.errors import UserError
+from mlmtrain.errors import UserError, loader_worker_died
 from mlmtrain.files import process_alive, write_failure
 from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
 
@@ -118,6 +118,8 @@ def save_checkpoint(
         fsync_dir(root)  # the rename itself must reach the disk, or a power loss could forget the checkpoint
     except (OSError, RuntimeError, SafetensorError) as error:  # torch.save and safetensors wrap I/O errors
         shutil.rmtree(staging, ignore_errors=True)
+        if loader_worker_died(error):  # torch's report of a dead DataLoader worker, raised during the write
+            raise
         previous = latest_checkpoint(run_dir)
         kept = f"; the last complete checkpoint {previous} is intact" if previous else ""
         raise UserError(

@@ -14,3 +14,10 @@ class UserError(Exception):
         super().__init__(f"{topic}: {message}")
         self.topic = topic
         self.message = message
+
+
+def loader_worker_died(error: BaseException) -> bool:
+    """Whether `error` is torch's report of a DataLoader worker that died: torch raises it in the main process
+    wherever that process happens to be (a step, an evaluation, a checkpoint's write), from its SIGCHLD handler or
+    when the next batch never comes."""
+    return isinstance(error, RuntimeError) and str(error).startswith("DataLoader worker")

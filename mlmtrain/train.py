@@ -19,7 +19,7 @@ from mlmtrain.config import Config, save_config
 from mlmtrain.data import StoreBlocks, evaluation_blocks
 from mlmtrain.distributed import DistContext, gather_objects, init_distributed, on_main, teardown
 from mlmtrain.electra import masking_rate_note
-from mlmtrain.errors import UserError
+from mlmtrain.errors import UserError, loader_worker_died
 from mlmtrain.guard import RunLock, StopRequested, check_before_start, claim_run_dir, interrupt_on_sigterm
 from mlmtrain.objective import evaluate_trained
 from mlmtrain.probe import LiveProbe, Task, live_task, metric_record
@@ -60,6 +60,16 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
             if ctx.is_main and resume == "auto" and resume_from is None:
                 say(f"no checkpoint in {run_dir}; starting a new run")
             return _run(cfg, ctx, run_dir, resume_from, task)
+    except RuntimeError as error:
+        if not loader_worker_died(error):
+            raise
+        latest = ckpt.latest_checkpoint(run_dir)
+        raise UserError(
+            "data",
+            f"{str(error).strip().rstrip('.')}; the kernel's out-of-memory killer is the usual cause: lower "
+            "data.num_workers or free memory, then resume with --resume"
+            + (f" (the last complete checkpoint is {latest})" if latest else ""),
+        ) from error
     finally:
         if lock is not None:
             lock.release()

@@ -685,3 +685,22 @@ def test_a_signal_to_the_whole_process_group_saves_a_checkpoint_with_loader_work
     stopped_at = max(by_step(run_dir, "loss"))
     assert f"stopped at step {stopped_at}" in output(run_dir), output(run_dir)
     assert assert_checkpoints_sound(run_dir).name == f"step-{stopped_at}"
+
+
+@pytest.mark.slow
+def test_a_loader_worker_killed_under_the_run_is_one_line_that_says_to_resume(tiny_data: Path, tmp_path: Path) -> None:
+    # What the kernel's out-of-memory killer does to a worker: torch raises its report wherever the main process is
+    # (a step, or a checkpoint's write, where it read as a full disk).
+    run_dir = tmp_path / "run"
+    overrides = {**KILL_RUN, "train.max_steps": 100_000, "data.num_workers": 1}
+    process = start_pretrain(tiny_data, run_dir, **overrides)
+    wait_for(lambda: logged_steps(run_dir) >= 6, process, run_dir)
+    children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+    assert len(children) == 1, children  # the one DataLoader worker
+    os.kill(int(children[0]), signal.SIGKILL)
+    assert finish(process, run_dir) == 2, output(run_dir)
+    log = output(run_dir)
+    assert "Traceback" not in log and "could not write" not in log, log
+    message = [line for line in log.splitlines() if line.startswith("mlmtrain: data: DataLoader worker")]
+    assert len(message) == 1 and "num_workers" in message[0] and "--resume" in message[0], log
+    assert_checkpoints_sound(run_dir)
