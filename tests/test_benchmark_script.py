@@ -103,6 +103,17 @@ def test_gpu_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
     assert rounds["ours_over_limit"] > 0 and "hf" not in rounds
 
 
+def test_profile_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
+    out = tmp_path / "profile"
+    script = REPO / "scripts" / "profile_step.py"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    command = [sys.executable, str(script), "--quick", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "tokens/s" in done.stdout and "Optimizer.step" in done.stdout  # the step line and the operator table
+    assert json.loads((out / "trace.json").read_text())["traceEvents"]
+
+
 @pytest.mark.slow
 def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
     """The issue-14 sections in one quick run: the race against the HF recipe given our schedule, bf16 against

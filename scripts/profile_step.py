@@ -1,0 +1,154 @@
+"""Where a training step's time goes: `train_step` (the loop's own step, on the parts `pretrain` builds) under
+torch.profiler, on micro-batches fetched beforehand, as the benchmark's bare step runs it.
+
+    python scripts/profile_step.py --device cuda --size base --batch 256 --seq-len 128          # on a GPU
+    python scripts/profile_step.py --device cuda --size base --batch 256 --set train.compile=true
+    python scripts/profile_step.py --quick                                                    # tiny, any device
+
+It prints the step's wall time, tokens/s and (on a GPU) model FLOPs utilisation; how much of the wall time the GPU
+was busy running kernels; the host synchronisations per step (each one lets the GPU run dry while Python queues
+the next kernels); and the operators that took the most time. The trace goes to --out/trace.json (open it in
+Perfetto or chrome://tracing). Tokenizer and token store are built in --work-dir and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # mlmtrain from this checkout, installed or not
+
+from mlmtrain.config import load_config  # noqa: E402
+from mlmtrain.distributed import init_distributed  # noqa: E402
+from mlmtrain.model import flops_per_token  # noqa: E402
+from mlmtrain.step import build_parts, train_step  # noqa: E402
+from mlmtrain.tokens import tokenize_corpus  # noqa: E402
+
+H200_DENSE_BF16_TFLOPS = 989.0
+QUICK = {
+    "model.hidden_size": 32,
+    "model.num_layers": 2,
+    "model.num_heads": 2,
+    "model.intermediate_size": 64,
+    "tokenizer.vocab_size": 1000,
+}
+
+
+def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add = parser.add_argument
+    add("--size", default="mini", help="configs/<size>.yaml (default mini)")
+    add("--seq-len", type=int, default=128)
+    add("--batch", type=int, default=32, help="sequences per step")
+    add("--precision", default="auto", choices=("auto", "fp32", "bf16"))
+    add("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    add("--vocab-size", type=int, default=30522)
+    add("--train", default="builtin:python-docs", help="training text (default builtin:python-docs)")
+    add("--warmup", type=int, default=5, help="steps before profiling (compilation, allocator, cuDNN choices)")
+    add("--steps", type=int, default=10, help="profiled steps")
+    add("--set", action="append", default=[], metavar="KEY=VALUE", help="config override, e.g. train.compile=true")
+    add("--peak-tflops", type=float, default=H200_DENSE_BF16_TFLOPS, help="peak for MFU (default H200 dense bf16)")
+    add("--top", type=int, default=15, help="operators to list")
+    add("--work-dir", default=str(REPO / "runs" / "profile"))
+    add("--out", default=str(REPO / "results" / "profile"))
+    add("--quick", action="store_true", help="a tiny model, seq 32, batch 8, 2 + 3 steps: a smoke test")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seq_len, args.batch, args.warmup, args.steps = 32, 8, 2, 3
+    return args
+
+
+def overrides(args: argparse.Namespace) -> list[str]:
+    work = Path(args.work_dir)
+    vocab = QUICK["tokenizer.vocab_size"] if args.quick else args.vocab_size
+    values: dict[str, Any] = {
+        "data.train": args.train,
+        "data.seq_len": args.seq_len,
+        "data.num_workers": 0,  # the micro-batches are fetched before the clock starts
+        "tokenizer.vocab_size": vocab,
+        "tokenizer.path": work / f"tokenizer-v{vocab}",
+        "data.store": work / f"tokens-v{vocab}-s{args.seq_len}",
+        "train.batch_size": args.batch,
+        "train.precision": args.precision,
+        "train.device": args.device,
+        "train.run_dir": work / "run",
+        "train.progress": False,
+        **(QUICK if args.quick else {}),
+    }
+    return [f"{key}={value}" for key, value in values.items()] + list(args.set)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def device_time(event: Any) -> float:
+    """An averaged event's own device time in µs (the attribute's name changed across torch versions)."""
+    return getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0.0)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    cfg = load_config(REPO / "configs" / f"{args.size}.yaml", overrides(args))
+    tokenize_corpus(cfg, quiet=True)
+    parts = build_parts(cfg, init_distributed(cfg.train.device))
+    device = parts.ctx.device
+    fetched = [[next(parts.batches) for _ in range(parts.layout.accum_steps)] for _ in range(4)]
+    tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
+
+    for step in range(args.warmup):
+        train_step(parts, fetched[step % len(fetched)], clock=lambda: 0.0)
+    synchronize(device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        for step in range(args.steps):
+            train_step(parts, fetched[step % len(fetched)], clock=lambda: 0.0)
+        synchronize(device)
+        wall = (time.perf_counter() - start) / args.steps
+    # the profiler's own overhead lengthens the profiled steps: time a few more without it
+    start = time.perf_counter()
+    for step in range(args.steps):
+        train_step(parts, fetched[step % len(fetched)], clock=lambda: 0.0)
+    synchronize(device)
+    clean = (time.perf_counter() - start) / args.steps
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(out / "trace.json"))
+    events = prof.key_averages()
+
+    print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
+          f"torch {torch.__version__}; {args.size}, seq {args.seq_len}, batch {args.batch}, "
+          f"{parts.precision.name}; {', '.join(args.set) or 'no --set'}")  # fmt: skip
+    print(f"step: {clean * 1e3:.1f} ms without the profiler ({wall * 1e3:.1f} ms with it), "
+          f"{tokens_per_step / clean:,.0f} tokens/s")  # fmt: skip
+    if device.type == "cuda":
+        flops = flops_per_token(
+            cfg.model, len(parts.tokenizer), cfg.data.seq_len, cfg.masking.mlm_probability, cfg.model.sparse_head
+        )
+        print(f"MFU: {flops * tokens_per_step / clean / (args.peak_tflops * 1e12):.1%} "
+              f"(flops_per_token {flops:.4g}, peak {args.peak_tflops:g} TFLOP/s)")  # fmt: skip
+        # kernels of one stream do not overlap: their summed time is the time the GPU was busy
+        busy = sum(device_time(e) for e in events if e.device_type.name == "CUDA") / 1e6 / args.steps
+        print(f"GPU busy: {busy * 1e3:.1f} ms a step, {busy / wall:.0%} of the profiled step's wall time")
+        syncs = {e.key: e.count / args.steps for e in events if "Synchronize" in e.key or e.key == "cudaMemcpyAsync"}
+        print("host synchronisations a step: " + (", ".join(f"{k} {v:g}" for k, v in sorted(syncs.items())) or "none"))
+        sort = "self_cuda_time_total" if not hasattr(events[0], "self_device_time_total") else "self_device_time_total"
+    else:
+        sort = "self_cpu_time_total"
+    print(events.table(sort_by=sort, row_limit=args.top, max_name_column_width=60))
+    print(f"trace: {out / 'trace.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
