@@ -14,6 +14,7 @@ from mlmtrain.commands import _device, _json_safe, _positive
 from mlmtrain.config import LARGEST_INT
 from mlmtrain.errors import UserError
 from mlmtrain.files import check_writable_folder, write_failure
+from mlmtrain.guard import interrupt_on_sigterm
 from mlmtrain.probe import (
     MODES,
     POOLINGS,
@@ -42,11 +43,16 @@ def _save(model: Any, tokenizer: Any, folder: Path) -> None:
     """save_pretrained into a temporary sibling, then rename: a crash leaves no half-written folder under the name."""
     temporary = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
     try:
-        model.save_pretrained(temporary)
-        tokenizer.save_pretrained(temporary)
-        if folder.exists():  # the empty folder _check_save allowed
-            folder.rmdir()
-        temporary.rename(folder)
+        # SIGTERM stops like Ctrl-C here: killed outright, the process would leave the half-written folder behind
+        with interrupt_on_sigterm():
+            model.save_pretrained(temporary)
+            tokenizer.save_pretrained(temporary)
+            if folder.exists():  # the empty folder _check_save allowed
+                folder.rmdir()
+            temporary.rename(folder)
+    except KeyboardInterrupt:  # Ctrl-C amid the write: no hidden half-written folder stays in the user's folder
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
     except Exception as error:  # OSError, or the plain Exception of a Rust-backed writer (tokenizers, safetensors)
         shutil.rmtree(temporary, ignore_errors=True)
         raise UserError(

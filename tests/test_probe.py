@@ -251,6 +251,41 @@ def test_a_failed_save_is_one_line_after_the_scores(
     assert not saved.exists() and not list(tmp_path.glob(".fine-tuned.tmp-*"))
 
 
+# The process signals itself from inside the tokenizer's save, after the weights are written: the moment a real
+# Ctrl-C (or a scheduler's SIGTERM) can hit, made certain.
+_SIGNAL_DURING_SAVE = """
+import os, signal, sys
+from transformers import PreTrainedTokenizerBase
+from mlmtrain.cli import main
+save = PreTrainedTokenizerBase.save_pretrained
+def signalled(self, *args, **kwargs):
+    os.kill(os.getpid(), getattr(signal, os.environ["PROBE_SIGNAL"]))
+    return save(self, *args, **kwargs)
+PreTrainedTokenizerBase.save_pretrained = signalled
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_signal_while_save_writes_leaves_no_half_written_folder(
+    name: str, untrained_folder: Path, topics: Path, tmp_path: Path
+) -> None:
+    saved = tmp_path / "out" / "fine-tuned"
+    saved.parent.mkdir()
+    args = ["probe", "--model", str(untrained_folder), "--task", str(topics / "task"), "--epochs", "1"]
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_DURING_SAVE, *args, "--device", "cpu", "--save", str(saved)],
+        env={**CHILD_ENV, "PROBE_SIGNAL": name},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 130, done.stderr
+    assert_one_error_line(done.stderr.strip().splitlines(), "interrupted")
+    assert list(saved.parent.iterdir()) == []  # neither the folder nor its hidden temporary sibling
+
+
 def test_regression_task_reports_pearson_and_spearman(
     untrained_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
