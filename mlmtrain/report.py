@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from mlmtrain.errors import UserError
+from mlmtrain.errors import UserError, loader_worker_died
 from mlmtrain.files import check_writable_folder, write_failure
 from mlmtrain.health import FAIL, OK, Verdict, parse_overrides, run_checks, smooth
 from mlmtrain.progress import say
@@ -458,4 +458,6 @@ class LiveReport:
             self.enabled = False
             say(f"report.html not written: {error.message} (set report.html: false to silence this)")
         except Exception as error:  # noqa: BLE001 — a plotting bug must not end a long run
+            if loader_worker_died(error):  # torch raises a dead loader worker wherever the run is: not the page's
+                raise
             say(f"report.html not written ({type(error).__name__}: {str(error)[:200]}); training goes on")

@@ -281,6 +281,42 @@ def test_a_run_killed_with_its_loader_worker_alive_can_resume_at_once(tiny_data:
     RunLock(run_dir).release()  # before the fix: "in use by a running mlmtrain (pid …)", the dead main's pid
 
 
+# The worker dies while the page is drawn (a second or two at each checkpoint with the default report.html): torch
+# raises its report there, from its SIGCHLD handler, which the page's own errors must not swallow.
+_WORKER_DIES_DURING_REPORT = """
+import multiprocessing, os, signal, sys, time
+import mlmtrain.report as report
+from mlmtrain.cli import main
+def worker_killed_while_drawing(*args, **kwargs):
+    for worker in multiprocessing.active_children():
+        os.kill(worker.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    raise AssertionError("torch did not report the dead worker")
+report.write_report = worker_killed_while_drawing
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.slow
+def test_a_loader_worker_killed_while_the_report_is_drawn_is_the_one_line_too(tiny_data: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    options = set_options(tiny_data, run_dir, **{**KILL_RUN, "data.num_workers": 1, "report.html": True})
+    done = subprocess.run(
+        [sys.executable, "-c", _WORKER_DIES_DURING_REPORT, "pretrain", *options],
+        env=CHILD_ENV,
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT_S,
+    )
+    assert done.returncode == 2, done.stderr
+    line = assert_one_error_line(done.stderr.strip().splitlines(), "DataLoader worker", "num_workers", "--resume")
+    assert "report.html" not in done.stderr, done.stderr  # not "report.html not written ...; training goes on"
+    assert "step-2" in line  # the checkpoint written before the page stays, and the line names it
+    assert_checkpoints_sound(run_dir)
+
+
 # ---------------------------------------------------------------------------------------------
 # Full disk
 
