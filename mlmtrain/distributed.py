@@ -94,6 +94,16 @@ def teardown(ctx: DistContext) -> None:
         gc.collect()
 
 
+# What gloo says on a surviving process when another process of the job is gone (killed, out of memory): the TCP
+# connection to it was reset or closed. torch raises it as a plain RuntimeError from the next collective.
+_PEER_GONE = ("Connection reset by peer", "Connection closed by peer")
+
+
+def peer_lost(error: BaseException) -> bool:
+    """Whether `error` is a collective's report that another process of the job has gone away."""
+    return isinstance(error, RuntimeError) and any(text in str(error) for text in _PEER_GONE)
+
+
 def all_reduce_sum(ctx: DistContext, values: torch.Tensor) -> torch.Tensor:
     """Sum a tensor over ranks (identity when single-process). Works on a copy on the collective's device."""
     if not ctx.distributed:

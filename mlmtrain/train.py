@@ -17,7 +17,7 @@ import torch
 from mlmtrain import checkpoint as ckpt
 from mlmtrain.config import Config, save_config
 from mlmtrain.data import StoreBlocks, evaluation_blocks
-from mlmtrain.distributed import DistContext, gather_objects, init_distributed, on_main, teardown
+from mlmtrain.distributed import DistContext, gather_objects, init_distributed, on_main, peer_lost, teardown
 from mlmtrain.electra import masking_rate_note
 from mlmtrain.errors import UserError, loader_worker_died
 from mlmtrain.guard import RunLock, StopRequested, check_before_start, claim_run_dir, interrupt_on_sigterm
@@ -61,18 +61,31 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
                 say(f"no checkpoint in {run_dir}; starting a new run")
             return _run(cfg, ctx, run_dir, resume_from, task)
     except RuntimeError as error:
-        if not loader_worker_died(error):
+        if not (loader_worker_died(error) or (ctx.distributed and peer_lost(error))):
             raise
-        latest = ckpt.latest_checkpoint(run_dir)
-        raise UserError(
-            "data",
-            f"{str(error).strip().rstrip('.')}; the kernel's out-of-memory killer is the usual cause: lower "
-            "data.num_workers or free memory, then resume with --resume"
-            + (f" (the last complete checkpoint is {latest})" if latest else ""),
-        ) from error
+        raise _stopped_from_outside(error, run_dir) from error
     finally:
         if lock is not None:
             lock.release()
+
+
+def _stopped_from_outside(error: RuntimeError, run_dir: Path) -> UserError:
+    """One line for a run stopped by a process it depends on: a dead DataLoader worker, or another process of the
+    torchrun job gone (killed, out of memory), which the survivors learn as a broken connection in a collective."""
+    latest = ckpt.latest_checkpoint(run_dir)
+    kept = f" (the last complete checkpoint is {latest})" if latest else ""
+    if loader_worker_died(error):
+        return UserError(
+            "data",
+            f"{str(error).strip().rstrip('.')}; the kernel's out-of-memory killer is the usual cause: lower "
+            f"data.num_workers or free memory, then resume with --resume{kept}",
+        )
+    return UserError(
+        "distributed",
+        "another process of this job stopped (its connection was lost); torchrun's summary names it and its own "
+        "output says why (killed, out of memory); resume with torchrun <same options> -m mlmtrain pretrain "
+        f"--config <your config> --resume{kept}",
+    )
 
 
 def _ensure_data(cfg: Config) -> None:

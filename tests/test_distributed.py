@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -200,6 +201,49 @@ def test_a_killed_rank_fails_the_job_and_the_last_checkpoint_stays_loadable(tiny
     step = int(latest.resolve().name.removeprefix("step-"))
     resumed = pretrain(config(tiny_data, run_dir, **{**settings, "train.max_steps": step + 2}), resume="auto")
     assert resumed.name == f"step-{step + 2}"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_a_rank_that_outlives_another_says_so_in_one_line(tiny_data: Path, tmp_path) -> None:
+    # Two ranks started by hand, as the processes of one machine in a multi-node job: no agent signals the survivor,
+    # which learns of the dead rank only from its next collective (gloo's "Connection reset by peer").
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MLMTRAIN_DIST_TIMEOUT": "60", "WORLD_SIZE": "2"}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    command = [sys.executable, "-m", "mlmtrain", "pretrain"]
+    for option in tiny_overrides(tiny_data, **{"train.run_dir": run_dir, "train.max_steps": 100_000}):
+        command += ["--set", option]
+    ranks = [
+        subprocess.Popen(
+            command,
+            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+            stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "checkpoints" / "latest").exists() and ranks[0].poll() is None:
+            assert time.monotonic() < deadline, "no checkpoint within 120 s"
+            time.sleep(0.05)
+        ranks[1].kill()
+        output, _ = ranks[0].communicate(timeout=120)
+    finally:
+        for process in ranks:
+            process.kill()
+            process.wait()
+    assert ranks[0].returncode == 2, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("mlmtrain: distributed: another process of this job stopped") and "--resume" in last
 
 
 def test_on_main_runs_the_action_and_shares_its_error_single_process() -> None:
