@@ -323,7 +323,7 @@ class Loop:
             launcher = "torchrun <same options> -m " if self.ctx.distributed else ""
             say(
                 f"stopped at step {self.state.step}; checkpoint {self.last_saved}. Resume with: "
-                f"{launcher}mlmtrain pretrain --config <your config> --resume (same --set options)"
+                f"{launcher}mlmtrain pretrain --config <your config> {self._resume_option()} (same --set options)"
             )
             return
         say(
@@ -332,6 +332,14 @@ class Loop:
         )
         say(f'try: mlmtrain fill-mask --model {latest} "a sentence with a [MASK] in it"')
         say(f"and: mlmtrain eval-perplexity --model {latest} --config <your config>")
+
+    def _resume_option(self) -> str:
+        """--resume, or --resume FOLDER when a run resumed from an older checkpoint stopped before the steps saved
+        earlier: --resume alone takes the checkpoint with the highest step, which would drop this run's steps."""
+        newest = ckpt.latest_checkpoint(self.run_dir)
+        if self.last_saved is None or newest is None or newest.resolve() == Path(self.last_saved).resolve():
+            return "--resume"
+        return f"--resume {self.last_saved}"
 
 
 @dataclass

@@ -267,6 +267,23 @@ def test_resuming_an_older_checkpoint_replaces_the_later_ones_whole(tiny_config,
     assert not temporary_folders(run_dir) and not list(ckpt.checkpoints_dir(run_dir).glob(".old-*"))
 
 
+def test_a_run_resumed_from_an_older_checkpoint_that_stops_names_its_own_checkpoint_to_resume(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # The earlier run's step-4 and step-6 are still there: a bare --resume would continue from step-6, and the steps
+    # of this run (often trained with other settings: the reason to go back) would be dropped.
+    run_dir = tmp_path / "run"
+    options = set_options(tiny_data, run_dir, **SAVE_RUN)
+    assert run_cli(capsys, "pretrain", *options)[0] == 0
+    older = run_dir / "checkpoints" / "step-2"
+    code, lines = run_cli(capsys, "pretrain", *options, "--resume", str(older), "--set", "train.pause_after=3")
+    assert code == 0 and lines[-1].startswith("stopped at step 3"), lines
+    named = re.search(r"--resume (\S+)", lines[-1])
+    assert named is not None and Path(named.group(1)) == run_dir / "checkpoints" / "step-3", lines[-1]
+    code, lines = run_cli(capsys, "pretrain", *options, "--resume", named.group(1))
+    assert code == 0 and any("at step 3" in line for line in lines), lines
+
+
 @pytest.mark.slow
 def test_a_run_killed_with_its_loader_worker_alive_can_resume_at_once(tiny_data: Path, tmp_path: Path) -> None:
     # A DataLoader worker is a forked child: it inherits the run's lock descriptor and outlives a SIGKILLed main
