@@ -367,9 +367,11 @@ def _replace_file(path: Path, write: Any) -> None:
     try:
         write(temporary)
         os.replace(temporary, path)
-    except OSError as error:
+    except BaseException as error:  # a plotting error or Ctrl-C amid the write must not leave a hidden half-file
         with contextlib.suppress(OSError):
             temporary.unlink(missing_ok=True)
+        if not isinstance(error, OSError):
+            raise
         raise _WriteFailed(
             "report", f"cannot write {path}: {write_failure(error, path)}; free disk space or fix permissions"
         ) from None

@@ -226,6 +226,32 @@ def verdicts_of(folder: Path, **overrides: Any) -> dict[str, health.Verdict]:
     return {v.check: v for v in health.run_checks(load_run(folder), overrides)}
 
 
+# The process signals itself once the page's temporary file is written, before it is renamed into place: the moment
+# a real Ctrl-C can hit (a page of many curves, or PNGs, takes a while), made certain.
+_CTRL_C_AMID_THE_WRITE = """
+import os, pathlib, signal, sys
+from mlmtrain.cli import main
+write_text = pathlib.Path.write_text
+def interrupted(self, *args, **kwargs):
+    written = write_text(self, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGINT)
+    return written
+pathlib.Path.write_text = interrupted
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_page_is_written_leaves_no_hidden_half_file(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run", healthy_spec())
+    before = sorted(path.name for path in run_dir.iterdir())
+    command = [sys.executable, "-c", _CTRL_C_AMID_THE_WRITE, "report", str(run_dir)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "mlmtrain: interrupted", done.stderr
+    assert sorted(path.name for path in run_dir.iterdir()) == before  # no .report.html.tmp-PID, no page
+
+
 def test_a_healthy_run_passes_every_check(tmp_path: Path) -> None:
     verdicts = verdicts_of(write_run(tmp_path / "run", healthy_spec()))
     assert len(verdicts) == len(health.CHECKS)
