@@ -57,10 +57,14 @@ def latest_checkpoint(run_dir: Path) -> Optional[Path]:
 
 
 def _remove_leftovers(root: Path) -> None:
-    """Delete what saves killed midway left (temporary folders, links): never a checkpoint, only lost disk space."""
+    """Delete what saves killed midway left (temporary folders, links): never a checkpoint, only lost disk space.
+
+    One named after this very process is a leftover too: a save starts with none of its own, so an earlier process
+    with the same pid left it (a container restarted after a kill runs mlmtrain under the same pid, often 1), and
+    the run's lock says no other process writes these checkpoints now."""
     for child in root.iterdir():
         match = _LEFTOVER.match(child.name)
-        if match and not process_alive(int(match.group(1))):
+        if match and (int(match.group(1)) == os.getpid() or not process_alive(int(match.group(1)))):
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)
             else:

@@ -230,9 +230,9 @@ def test_kill_9_at_random_moments_then_resume_equals_an_uninterrupted_run(tiny_d
         assert_same_weights(newest, whole / "checkpoints" / newest.name)
         if number == 0:
             # What a kill can leave besides complete checkpoints: a temporary folder that already holds COMPLETE
-            # (killed between the marker and the rename; this one's "writer" is alive, so it stays), and a newer
-            # step folder without COMPLETE.
-            planted = shutil.copytree(newest, ckpt.checkpoints_dir(run_dir) / f".tmp-step-998-{os.getpid()}")
+            # (killed between the marker and the rename; this one's "writer", another live process, is alive, so it
+            # stays), and a newer step folder without COMPLETE.
+            planted = shutil.copytree(newest, ckpt.checkpoints_dir(run_dir) / f".tmp-step-998-{os.getppid()}")
             unmarked = shutil.copytree(newest, ckpt.checkpoints_dir(run_dir) / "step-999")
             (unmarked / ckpt.COMPLETE).unlink()
             assert ckpt.latest_checkpoint(run_dir) == newest
@@ -282,6 +282,30 @@ def test_a_run_resumed_from_an_older_checkpoint_that_stops_names_its_own_checkpo
     assert named is not None and Path(named.group(1)) == run_dir / "checkpoints" / "step-3", lines[-1]
     code, lines = run_cli(capsys, "pretrain", *options, "--resume", named.group(1))
     assert code == 0 and any("at step 3" in line for line in lines), lines
+
+
+# Before the run starts, the process plants what a killed earlier process with its very pid would have left.
+_LEFT_BY_THE_SAME_PID = """
+import os, sys
+from pathlib import Path
+from mlmtrain.cli import main
+left = Path(sys.argv[1]) / "checkpoints" / f".tmp-step-999-{os.getpid()}"
+left.mkdir(parents=True)
+(left / "model.safetensors").write_bytes(b"half")
+main(sys.argv[2:])
+"""
+
+
+@pytest.mark.slow
+def test_a_half_written_checkpoint_left_under_the_runs_own_pid_is_removed(tiny_data: Path, tmp_path: Path) -> None:
+    # A container restarted after a kill runs mlmtrain under the pid of the killed process (often 1): its half-written
+    # checkpoint is named after a process that is alive, this one, and was never removed.
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-c", _LEFT_BY_THE_SAME_PID, str(run_dir), "pretrain", "--resume"]
+    command += set_options(tiny_data, run_dir, **SAVE_RUN)
+    done = subprocess.run(command, env=CHILD_ENV, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    assert not temporary_folders(run_dir) and assert_checkpoints_sound(run_dir).name == "step-6"
 
 
 @pytest.mark.slow
