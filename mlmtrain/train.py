@@ -20,6 +20,7 @@ from mlmtrain.data import StoreBlocks, evaluation_blocks
 from mlmtrain.distributed import DistContext, gather_objects, init_distributed, on_main, peer_lost, teardown
 from mlmtrain.electra import masking_rate_note
 from mlmtrain.errors import UserError, loader_worker_died
+from mlmtrain.files import write_failure
 from mlmtrain.guard import RunLock, StopRequested, check_before_start, claim_run_dir, interrupt_on_sigterm
 from mlmtrain.objective import evaluate_trained
 from mlmtrain.probe import LiveProbe, Task, live_task, metric_record
@@ -129,10 +130,17 @@ def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Pat
 def _announce(parts: Parts, run_dir: Path, resume_from: Optional[Path]) -> None:
     """Rank 0: the resolved config and run facts into run_dir, and the start line."""
     cfg, ctx, layout = parts.cfg, parts.ctx, parts.layout
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir)
     facts = {"tokenizer_fingerprint": tokenizer_fingerprint(parts.tokenizer), "world_size": ctx.world_size}
-    (run_dir / "run.json").write_text(json.dumps(facts, indent=1))
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run_dir)
+        (run_dir / "run.json").write_text(json.dumps(facts, indent=1))
+    except OSError as error:  # a full disk or a quota, met before the first step
+        raise UserError(
+            "run",
+            f"could not write the run's config in {run_dir}: {write_failure(error, run_dir)}; "
+            "free disk space or fix permissions, then run again",
+        ) from error
     params = sum(p.numel() for p in parts.mlm.parameters())
     say(
         f"pretrain: {params / 1e6:.1f}M parameters on {ctx.device} ({parts.precision.describe()}), "

@@ -478,6 +478,18 @@ def test_real_write_error_from_the_real_writers_is_one_line_and_exit_2(
     assert_failed_save_left_no_trace(run_dir, failed_step=4, kept_step=2)
 
 
+def test_a_write_error_on_the_runs_config_before_the_first_step_is_one_line(
+    tiny_config, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    pretrain(tiny_config(**SAVE_RUN))  # tokenizer and store built: the new run's first file is its config
+    run_dir = tmp_path / "new-run"
+    with file_size_limit(64):  # the lock's "pid N" fits; the run's mlmtrain.yaml does not
+        code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, run_dir, **SAVE_RUN))
+    assert code == 2
+    assert_one_error_line(lines, "mlmtrain: run: could not write the run's config in", str(run_dir), "free disk")
+    assert not ckpt.checkpoints_dir(run_dir).exists()
+
+
 def _mount_tmpfs(folder: Path, size: str) -> bool:
     folder.mkdir()
     if os.geteuid() != 0:
