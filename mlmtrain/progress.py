@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
@@ -81,20 +82,24 @@ class Reporter:
         show_bar: bool = True,
         tensorboard: bool = False,
         initial_step: int = 0,
+        plain_every_s: float = 30.0,
     ) -> None:
         self.enabled = enabled
         self._metrics: Optional[_MetricsFile] = None
         self._bar: Optional[tqdm] = None
+        self._plain: Optional[_PlainProgress] = None
         self._tb = None
         if not enabled:
             return
         if run_dir is not None:
             run_dir.mkdir(parents=True, exist_ok=True)
             self._metrics = _MetricsFile(run_dir / "metrics.jsonl", self.message)
-        if show_bar:
+        if show_bar and _is_terminal(sys.stderr):
             self._bar = tqdm(
                 total=total_steps, initial=initial_step, unit="step", dynamic_ncols=True, file=sys.stderr, leave=True
             )
+        elif show_bar:  # a log file (nohup, a scheduler): a bar redrawn 10 times a second would fill it
+            self._plain = _PlainProgress(total_steps, initial_step, plain_every_s)
         if tensorboard and run_dir is not None:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -108,6 +113,10 @@ class Reporter:
         if self._bar is not None:
             self._bar.update(step - self._bar.n)
             self._bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
+        elif self._plain is not None:
+            line = self._plain.line(step, f"loss {loss:.3f}, lr {lr:.2e}, {tokens_per_s:,.0f} tokens/s")
+            if line:
+                print(line, file=sys.stderr, flush=True)
 
     def log(self, record: dict[str, Any]) -> None:
         """One JSON line in metrics.jsonl (and scalars to TensorBoard)."""
@@ -139,6 +148,32 @@ class Reporter:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+
+
+def _is_terminal(stream: Any) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+class _PlainProgress:
+    """The progress bar's figures as a plain line every `every_s` seconds, for output that goes to a file."""
+
+    def __init__(self, total_steps: Optional[int], initial_step: int, every_s: float) -> None:
+        self.total, self.every_s = total_steps, every_s
+        self.start_step, self.start = initial_step, time.monotonic()
+        self.last = self.start
+
+    def line(self, step: int, figures: str) -> Optional[str]:
+        now = time.monotonic()
+        if now - self.last < self.every_s:
+            return None
+        self.last = now
+        if not self.total:
+            return f"step {step}: {figures}"
+        done = step - self.start_step
+        left = (self.total - step) * (now - self.start) / done if done > 0 else math.nan
+        eta = f", {left / 60:.0f} min left" if math.isfinite(left) else ""
+        return f"step {step}/{self.total} ({step / self.total:.0%}): {figures}{eta}"
 
 
 def say(text: str) -> None:

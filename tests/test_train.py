@@ -185,3 +185,23 @@ def test_on_resume_the_configs_optimizer_settings_win_and_are_announced(tiny_con
     decay, no_decay = torch.load(final / "training_state.pt", weights_only=False)["optimizer"]["param_groups"]
     assert (decay["weight_decay"], tuple(decay["betas"]), decay["eps"]) == (0.05, (0.9, 0.95), 1e-8)
     assert (no_decay["weight_decay"], tuple(no_decay["betas"])) == (0.0, (0.9, 0.95))
+
+
+def test_progress_into_a_file_is_a_plain_line_now_and_then_not_a_redrawn_bar(capsys: pytest.CaptureFixture) -> None:
+    # nohup or a scheduler sends stderr to a file (here capsys: not a terminal); a bar redrawn 10 times a second
+    # would fill it with carriage returns
+    from mlmtrain.progress import Reporter
+
+    default = Reporter(None, None, show_bar=True)  # every 30 s: quick steps print nothing yet
+    for step in (1, 2, 3):
+        default.advance(step, 2.5, 1e-3, 1000.0)
+    default.close()
+    assert capsys.readouterr().err == ""
+    every_time = Reporter(None, 100, show_bar=True, plain_every_s=0.0)
+    for step in (1, 2, 3):
+        every_time.advance(step, 2.5, 1e-3, 1000.0)
+    every_time.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" min left")[0].rsplit(",", 1)[0] for line in lines] == [
+        f"step {step}/100 ({step}%): loss 2.500, lr 1.00e-03, 1,000 tokens/s" for step in (1, 2, 3)
+    ]
