@@ -64,7 +64,8 @@ def _remove_leftovers(root: Path) -> None:
     the run's lock says no other process writes these checkpoints now."""
     for child in root.iterdir():
         match = _LEFTOVER.match(child.name)
-        if match and (int(match.group(1)) == os.getpid() or not process_alive(int(match.group(1)))):
+        writer = int(match.group(1)) if match else None
+        if writer is not None and (writer == os.getpid() or not process_alive(writer)):
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)
             else:

@@ -50,11 +50,11 @@ def _save(model: Any, tokenizer: Any, folder: Path) -> None:
             if folder.exists():  # the empty folder _check_save allowed
                 folder.rmdir()
             temporary.rename(folder)
-    except KeyboardInterrupt:  # Ctrl-C amid the write: no hidden half-written folder stays in the user's folder
+    except BaseException as error:  # Ctrl-C amid the write too: no hidden half-written folder stays behind
         shutil.rmtree(temporary, ignore_errors=True)
-        raise
-    except Exception as error:  # OSError, or the plain Exception of a Rust-backed writer (tokenizers, safetensors)
-        shutil.rmtree(temporary, ignore_errors=True)
+        if not isinstance(error, Exception):
+            raise
+        # OSError, or the plain Exception of a Rust-backed writer (tokenizers, safetensors)
         raise UserError(
             "argument",
             f"--save {folder}: could not write the fine-tuned model: {write_failure(error, folder)}; "

@@ -103,6 +103,7 @@ def settings(args: argparse.Namespace, work: Path) -> list[str]:
 
 
 def losses(run_dir: Path, key: str = "loss") -> dict[int, float]:
+    """`key` by step, from the run's metrics.jsonl."""
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return {line["step"]: line[key] for line in lines if key in line}
 
@@ -179,13 +180,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     seconds = time.monotonic() - started
     start_line = next((line for line in (done.stderr + done.stdout).splitlines() if line.startswith("pretrain:")), "")
     checks.record("pretrain", True, f"{last} steps in {seconds:.1f} s (process included); {start_line.strip()}")
-    rates = [
-        line["tokens_per_s"]
-        for line in map(json.loads, (whole / "metrics.jsonl").read_text().splitlines())
-        if "tokens_per_s" in line
-    ]
+    rates = losses(whole, "tokens_per_s")
     if rates:
-        checks.record("pretrain speed", None, f"{rates[-1]:,.0f} tokens/s at the last logged step")
+        checks.record("pretrain speed", None, f"{rates[max(rates)]:,.0f} tokens/s at the last logged step")
 
     run = [*base, "--set", f"train.run_dir={killed}", "--overwrite"]
     code = kill_after_first_checkpoint(run, killed, log, first)
@@ -219,7 +216,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
-    device = torch.device("cuda" if cuda and args.device == "auto" else args.device if cuda else "cpu")
+    device = torch.device(("cuda" if args.device == "auto" else args.device) if cuda else "cpu")
     mlm = AutoModelForMaskedLM.from_pretrained(str(model)).to(device)
     tokenizer = AutoTokenizer.from_pretrained(str(model))
     answers = pipeline("fill-mask", model=str(model), device=device)(CLOZE, top_k=3)

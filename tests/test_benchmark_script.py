@@ -62,10 +62,11 @@ def test_a_missing_hf_package_is_named(bench, monkeypatch: pytest.MonkeyPatch) -
     assert bench.check_args(bench.parse_args(["--quick", "--sections", "limit"])) == {"limit"}
 
 
-def _run(command: list[str]) -> None:
+def _run(command: list[str]) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
 
 
 def _report(out: Path) -> dict:
@@ -106,10 +107,7 @@ def test_gpu_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
 def test_profile_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
     out = tmp_path / "profile"
     script = REPO / "scripts" / "profile_step.py"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    command = [sys.executable, str(script), "--quick", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = _run([sys.executable, str(script), "--quick", "--work-dir", str(tmp_path / "work"), "--out", str(out)])
     assert "tokens/s" in done.stdout and "Optimizer.step" in done.stdout  # the step line and the operator table
     assert json.loads((out / "trace.json").read_text())["traceEvents"]
 
