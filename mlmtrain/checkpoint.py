@@ -33,6 +33,7 @@ _STATE_KEYS = ("train_state", "optimizer", "scaler", "rng")  # what a resume rea
 MANIFEST_FILE = "checkpoint.json"  # the step, its metrics and the files the writer put in the folder
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 _LEFTOVER = re.compile(r"^\.(?:tmp-step-\d+|old-step-\d+|latest)-(\d+)$")  # ends in the writer's pid
+_SUPERSEDED = re.compile(r"^superseded-at-step-\d+(?:-\d+)?$")  # an earlier run's later steps, moved aside
 
 
 def checkpoints_dir(run_dir: Path) -> Path:
@@ -113,7 +114,7 @@ def save_checkpoint(
         for model_folder in model_folders:  # a subfolder first, then the folder that holds its entry
             fsync_tree(model_folder)
         write_marker(staging / COMPLETE)
-        if final.exists():  # a step saved before (a resume from an older checkpoint): swap, never half-delete
+        if final.exists():  # saved before (a resumed run ending at the step it resumed from): swap, never half-delete
             replaced = root / f".old-step-{step}-{os.getpid()}"
             final.rename(replaced)
             staging.rename(final)
@@ -182,22 +183,59 @@ def written_by_mlmtrain(entry: Path) -> bool:
         return True
     if _LEFTOVER.match(entry.name):
         return True
+    if _SUPERSEDED.match(entry.name) and entry.is_dir() and not entry.is_symlink():  # `set_aside_later`'s folder
+        return all(_STEP_DIR.match(child.name) and written_by_mlmtrain(child) for child in entry.iterdir())
     return bool(_STEP_DIR.match(entry.name)) and entry.is_dir() and not entry.is_symlink() and not foreign_files(entry)
 
 
 def check_replaceable_after(run_dir: Path, resume_from: Path) -> None:
-    """UserError if resuming `resume_from` would replace a later checkpoint of run_dir that holds files mlmtrain
-    did not write (a resumed run saves its steps again, and a step saved again replaces the old folder whole)."""
+    """UserError if resuming `resume_from` would move a later checkpoint of run_dir (`set_aside_later`) that holds
+    files mlmtrain did not write: mlmtrain moves only what it provably wrote."""
     resumed = _STEP_DIR.match(Path(resume_from).name)
     after = int(resumed.group(1)) if resumed else -1
     for step, folder in complete_checkpoints(run_dir):
         if step > after and folder.resolve() != Path(resume_from).resolve() and not written_by_mlmtrain(folder):
             raise UserError(
                 "checkpoint",
-                f"resuming {resume_from} would replace {folder} when it saves step {step} again, and "
+                f"resuming {resume_from} would move {folder} (a later step) aside, and "
                 f"{why_spared(foreign_files(folder))}; move that folder out of {checkpoints_dir(run_dir)}, "
                 "then run again",
             )
+
+
+def set_aside_later(run_dir: Path, step: int, resumed: Path) -> Optional[tuple[Path, list[str]]]:
+    """Move the complete checkpoints past `step` (an earlier run's, when this run resumed from an older checkpoint)
+    whole into checkpoints/superseded-at-step-N/; returns that folder and the names moved, or None.
+
+    Left in place they would pass for this run's newest: `--resume auto` would continue the earlier run, and
+    keep_last, which keeps the highest steps, would delete each checkpoint of this run as soon as it is written.
+    Moved, the earlier run's steps stay for the user to compare or delete."""
+    later = [folder for saved, folder in complete_checkpoints(run_dir) if saved > step]
+    if not later:
+        return None
+    root = checkpoints_dir(run_dir)
+    aside, tries = root / f"superseded-at-step-{step}", 1
+    while aside.exists() or aside.is_symlink():  # resumed from this step before: a second set, never merged
+        tries += 1
+        aside = root / f"superseded-at-step-{step}-{tries}"
+    try:
+        aside.mkdir()
+        for folder in later:
+            folder.rename(aside / folder.name)
+        link, resumed = root / "latest", Path(resumed).resolve()  # resolved: `--resume RUN/checkpoints/latest`
+        if resumed.parent == root.resolve():
+            _point_latest(root, resumed)
+        elif link.is_symlink() and not link.exists():  # it named a moved step, and nothing of this run is saved yet
+            link.unlink()
+        fsync_dir(aside)
+        fsync_dir(root)
+    except OSError as error:
+        raise UserError(
+            "checkpoint",
+            f"could not move the checkpoints past step {step} into {aside}: {error.strerror or error}; "
+            f"fix permissions on {root}, or move them out yourself, then run again",
+        ) from error
+    return aside, [folder.name for folder in later]
 
 
 def prune_checkpoints(
@@ -222,7 +260,11 @@ def prune_checkpoints(
 
 
 def remove_checkpoint(folder: Path, ignore_errors: bool = False) -> None:
-    """Delete a checkpoint folder, its COMPLETE marker first: a kill amid the removal leaves no husk that loads."""
+    """Delete a checkpoint folder, its COMPLETE marker first: a kill amid the removal leaves no husk that loads.
+    A folder of set-aside checkpoints (`set_aside_later`) goes checkpoint by checkpoint, the same way."""
+    if _SUPERSEDED.match(folder.name):
+        for child in folder.iterdir():
+            remove_checkpoint(child, ignore_errors)
     (folder / COMPLETE).unlink(missing_ok=True)
     shutil.rmtree(folder, ignore_errors=ignore_errors)
 

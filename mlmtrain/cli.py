@@ -15,7 +15,7 @@ import click
 import typer
 
 from mlmtrain import __version__
-from mlmtrain.errors import UserError
+from mlmtrain.errors import UserError, interrupt_on_sigterm
 
 app = typer.Typer(
     help="Pretrain small BERT encoders with masked language modeling, from a YAML config.",
@@ -300,7 +300,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = _normalise_argv(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
-        code = app(args=args, prog_name="mlmtrain", standalone_mode=False)
+        with interrupt_on_sigterm():  # every command: SIGTERM reads like Ctrl-C ("interrupted", exit 130)
+            code = app(args=args, prog_name="mlmtrain", standalone_mode=False)
         if code == 130:  # Typer turns Ctrl-C (KeyboardInterrupt) into a returned 130 when standalone_mode is off
             raise KeyboardInterrupt
         if isinstance(code, int) and code:  # click hands back typer.Exit(code) as a return value here

@@ -182,7 +182,8 @@ def _table(report: dict[str, Any], source: str) -> str:
 def run_tokenize_command(cfg: Any) -> Path:
     """`mlmtrain tokenize`, holding train.run_dir's lock: a pretrain running there reads (and may rebuild) the
     tokenizer and store under it, so two commands must not write them at once."""
-    from mlmtrain.guard import interrupt_on_sigterm, locked
+    from mlmtrain.errors import interrupt_on_sigterm
+    from mlmtrain.guard import locked
     from mlmtrain.tokens import tokenize_corpus
 
     with locked(Path(cfg.train.run_dir)), interrupt_on_sigterm():

@@ -6,6 +6,12 @@ Anything raised as `UserError` reaches the terminal as a single line
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 
 class UserError(Exception):
     """A problem in the user's input (config, data, arguments, checkpoint) with a fix to name."""
@@ -21,3 +27,22 @@ def loader_worker_died(error: BaseException) -> bool:
     wherever that process happens to be (a step, an evaluation, a checkpoint's write), from its SIGCHLD handler or
     when the next batch never comes."""
     return isinstance(error, RuntimeError) and str(error).startswith("DataLoader worker")
+
+
+@contextmanager
+def interrupt_on_sigterm() -> Iterator[None]:
+    """SIGTERM (a scheduler, `timeout`, `kill`) acts like Ctrl-C for the block: a KeyboardInterrupt, so temporary
+    folders are cleaned up on the way out and the user reads "interrupted" instead of a silent exit 143. `pretrain`'s
+    loop replaces it with a handler that finishes the step and saves a checkpoint."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -65,13 +65,19 @@ def check_replaceable(folder: Path, marker: str, ours: re.Pattern, topic: str, k
 
 
 def remove_dead_staging(parent: Path, prefix: str, ours: re.Pattern) -> None:
-    """Delete `<prefix><pid>-...` temporary folders left by killed processes, when they hold only `ours`."""
+    """Delete `<prefix><pid>-...` temporary folders left by killed processes, when they hold only `ours`.
+
+    One named after this very process is a leftover too: this process builds one such folder at a time, so an
+    earlier process with the same pid left it (a container restarted after a kill, where mlmtrain is often pid 1)."""
     if not Path(parent).is_dir():
         return
     pattern = re.compile(re.escape(prefix) + r"(\d+)(?:-[0-9a-f]+)?(?:\.old)?")
     for child in Path(parent).iterdir():
         match = pattern.fullmatch(child.name)
-        if not match or child.is_symlink() or not child.is_dir() or process_alive(int(match.group(1))):
+        if not match or child.is_symlink() or not child.is_dir():
+            continue
+        writer = int(match.group(1))
+        if writer != os.getpid() and process_alive(writer):
             continue
         if not foreign_entries(child, ours):
             shutil.rmtree(child, ignore_errors=True)

@@ -8,6 +8,7 @@ import fcntl
 import os
 import re
 import signal
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +27,10 @@ _EVENT_FILE = re.compile(r"^events\.out\.tfevents\.")  # the name TensorBoard's 
 
 class RunLock:
     """An exclusive lock on RUN_DIR held for the whole run; the kernel releases it if the process dies."""
+
+    # A forked child (a DataLoader worker) inherits the descriptor and with it the flock, and outlives a SIGKILLed
+    # parent by seconds: a resume started at once would be refused. Children close their copies of held locks.
+    held: weakref.WeakSet[RunLock] = weakref.WeakSet()
 
     def __init__(self, run_dir: Path) -> None:
         check_writable_folder(run_dir, "run", "train.run_dir")
@@ -50,13 +55,20 @@ class RunLock:
         self.handle.truncate()
         self.handle.write(f"pid {os.getpid()}")
         self.handle.flush()
-        # A forked child (a DataLoader worker) inherits the descriptor and with it the flock, and outlives a
-        # SIGKILLed parent by seconds: a resume started at once would be refused. Children close their copy.
-        os.register_at_fork(after_in_child=self.handle.close)
+        RunLock.held.add(self)
 
     def release(self) -> None:
+        RunLock.held.discard(self)
         fcntl.flock(self.handle, fcntl.LOCK_UN)
         self.handle.close()
+
+    @staticmethod
+    def close_in_child() -> None:
+        for lock in list(RunLock.held):
+            lock.handle.close()
+
+
+os.register_at_fork(after_in_child=RunLock.close_in_child)
 
 
 @contextmanager
@@ -159,21 +171,6 @@ def check_before_start(cfg: Config, device: torch.device, resume_from: Optional[
         )
     if planned != tokenizer_fingerprint(load_tokenizer(resume_from)):
         raise UserError("checkpoint", ckpt.other_tokenizer_message(resume_from, cfg))
-
-
-@contextmanager
-def interrupt_on_sigterm() -> Iterator[None]:
-    """SIGTERM acts like Ctrl-C while a run is set up (tokenizing): the temporary folders are cleaned up and
-    the user is told, instead of a silent exit 143."""
-
-    def stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 class StopRequested:

@@ -12,9 +12,8 @@ from typing import Any, Optional
 
 from mlmtrain.commands import _device, _json_safe, _positive
 from mlmtrain.config import LARGEST_INT
-from mlmtrain.errors import UserError
+from mlmtrain.errors import UserError, interrupt_on_sigterm
 from mlmtrain.files import check_writable_folder, write_failure
-from mlmtrain.guard import interrupt_on_sigterm
 from mlmtrain.probe import (
     MODES,
     POOLINGS,

@@ -19,9 +19,9 @@ from mlmtrain.config import Config, save_config
 from mlmtrain.data import StoreBlocks, evaluation_blocks
 from mlmtrain.distributed import DistContext, gather_objects, init_distributed, on_main, peer_lost, teardown
 from mlmtrain.electra import masking_rate_note
-from mlmtrain.errors import UserError, loader_worker_died
+from mlmtrain.errors import UserError, interrupt_on_sigterm, loader_worker_died
 from mlmtrain.files import write_failure
-from mlmtrain.guard import RunLock, StopRequested, check_before_start, claim_run_dir, interrupt_on_sigterm
+from mlmtrain.guard import RunLock, StopRequested, check_before_start, claim_run_dir
 from mlmtrain.objective import evaluate_trained
 from mlmtrain.probe import LiveProbe, Task, live_task, metric_record
 from mlmtrain.progress import Reporter, say
@@ -124,7 +124,20 @@ def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Pat
     probe = LiveProbe(cfg.probe, task, parts.tokenizer, ctx.device, cfg.train.seed) if task else None
     if ctx.is_main:
         _announce(parts, run_dir, resume_from)
+    if resume_from is not None:
+        on_main(ctx, lambda: _set_aside_later(run_dir, parts.state.step, resume_from))
     return Loop(parts, run_dir, validation, probe).run()
+
+
+def _set_aside_later(run_dir: Path, step: int, resumed: Path) -> None:
+    """A run resumed from an older checkpoint: the earlier run's later checkpoints go into a folder of their own."""
+    moved = ckpt.set_aside_later(run_dir, step, resumed)
+    if moved is not None:
+        folder, names = moved
+        say(
+            f"note: moved {', '.join(names)} (an earlier run's steps past step {step}, where this run resumes) to "
+            f"{folder}, so that --resume and checkpoint.keep_last follow this run; delete that folder if unneeded"
+        )
 
 
 def _announce(parts: Parts, run_dir: Path, resume_from: Optional[Path]) -> None:
@@ -331,7 +344,7 @@ class Loop:
             launcher = "torchrun <same options> -m " if self.ctx.distributed else ""
             say(
                 f"stopped at step {self.state.step}; checkpoint {self.last_saved}. Resume with: "
-                f"{launcher}mlmtrain pretrain --config <your config> {self._resume_option()} (same --set options)"
+                f"{launcher}mlmtrain pretrain --config <your config> --resume (same --set options)"
             )
             return
         say(
@@ -340,14 +353,6 @@ class Loop:
         )
         say(f'try: mlmtrain fill-mask --model {latest} "a sentence with a [MASK] in it"')
         say(f"and: mlmtrain eval-perplexity --model {latest} --config <your config>")
-
-    def _resume_option(self) -> str:
-        """--resume, or --resume FOLDER when a run resumed from an older checkpoint stopped before the steps saved
-        earlier: --resume alone takes the checkpoint with the highest step, which would drop this run's steps."""
-        newest = ckpt.latest_checkpoint(self.run_dir)
-        if self.last_saved is None or newest is None or newest.resolve() == Path(self.last_saved).resolve():
-            return "--resume"
-        return f"--resume {self.last_saved}"
 
 
 @dataclass

@@ -267,21 +267,34 @@ def test_resuming_an_older_checkpoint_replaces_the_later_ones_whole(tiny_config,
     assert not temporary_folders(run_dir) and not list(ckpt.checkpoints_dir(run_dir).glob(".old-*"))
 
 
-def test_a_run_resumed_from_an_older_checkpoint_that_stops_names_its_own_checkpoint_to_resume(
+def test_a_run_resumed_from_an_older_checkpoint_sets_the_later_ones_aside_and_keeps_its_own(
     tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    # The earlier run's step-4 and step-6 are still there: a bare --resume would continue from step-6, and the steps
-    # of this run (often trained with other settings: the reason to go back) would be dropped.
+    # The earlier run's step-4 and step-6 are still there. Left in place, they passed for the newest: keep_last
+    # deleted this run's step-3 the moment it was written (latest then pointed at nothing), and --resume went back
+    # to the earlier run's step-6, dropping this run's steps (often trained with other settings: the reason to go
+    # back).
     run_dir = tmp_path / "run"
-    options = set_options(tiny_data, run_dir, **SAVE_RUN)
+    options = set_options(tiny_data, run_dir, **SAVE_RUN, **{"checkpoint.keep_last": 0})
     assert run_cli(capsys, "pretrain", *options)[0] == 0
-    older = run_dir / "checkpoints" / "step-2"
-    code, lines = run_cli(capsys, "pretrain", *options, "--resume", str(older), "--set", "train.pause_after=3")
+    root = ckpt.checkpoints_dir(run_dir)
+    earlier = {name: (root / name / "model.safetensors").read_bytes() for name in ("step-4", "step-6")}
+    older = root / "step-2"
+    resumed = [*options, "--set", "checkpoint.keep_last=2"]
+    code, lines = run_cli(capsys, "pretrain", *resumed, "--resume", str(older), "--set", "train.pause_after=3")
     assert code == 0 and lines[-1].startswith("stopped at step 3"), lines
-    named = re.search(r"--resume (\S+)", lines[-1])
-    assert named is not None and Path(named.group(1)) == run_dir / "checkpoints" / "step-3", lines[-1]
-    code, lines = run_cli(capsys, "pretrain", *options, "--resume", named.group(1))
+    assert lines[-1].rstrip().endswith("--resume (same --set options)"), lines[-1]
+    aside = root / "superseded-at-step-2"
+    assert any("moved step-4, step-6" in line and str(aside) in line for line in lines), lines
+    assert {name: (aside / name / "model.safetensors").read_bytes() for name in earlier} == earlier
+    assert (root / "latest").resolve() == (root / "step-3").resolve()
+    assert assert_checkpoints_sound(run_dir).name == "step-3"
+    code, lines = run_cli(capsys, "pretrain", *resumed, "--resume", "auto")
     assert code == 0 and any("at step 3" in line for line in lines), lines
+    assert [p.name for _, p in ckpt.complete_checkpoints(run_dir)] == ["step-4", "step-6"]
+    # --overwrite knows the folder as mlmtrain's and removes it with the rest of the run
+    assert run_cli(capsys, "pretrain", *options, "--overwrite")[0] == 0
+    assert not aside.exists()
 
 
 # Before the run starts, the process plants what a killed earlier process with its very pid would have left.

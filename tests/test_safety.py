@@ -127,9 +127,14 @@ def test_leftover_staging_folders_of_killed_runs_are_removed(tiny_data: Path, tm
     foreign = tmp_path / f".store.tmp-{dead.pid}-abc"
     foreign.mkdir()
     (foreign / "precious.txt").write_text("not ours")
+    # named after this very process: a container restarted after a kill runs mlmtrain under the killed one's pid
+    # (often 1); the folder looked in use and stayed for good
+    own = tmp_path / f".store.tmp-{os.getpid()}-0123abcd"
+    own.mkdir()
+    (own / "train-00000.bin").write_bytes(b"\0" * 64)
     options = set_options(tiny_data, tmp_path / "run", **{"data.store": str(tmp_path / "store")})
     assert run_cli(capsys, "tokenize", *options)[0] == 0
-    assert not leftover.exists()
+    assert not leftover.exists() and not own.exists()
     assert (foreign / "precious.txt").exists()
 
 
@@ -530,11 +535,11 @@ def test_overwrite_removes_the_old_runs_files_and_keeps_the_users_beside_them(
     assert (finished_run / "metrics.jsonl").read_text().count('"step": 1,') == old_losses.count('"step": 1,')
 
 
-def test_a_resume_that_would_replace_a_later_checkpoint_holding_a_users_file_is_refused(
+def test_a_resume_that_would_move_a_later_checkpoint_holding_a_users_file_is_refused(
     finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    """A run resumed from step-2 saves step 4 again, which replaces step-4 whole: with a user's file in it, the
-    resume is refused before training, and nothing changes."""
+    """A run resumed from step-2 moves the later step-4 aside (into checkpoints/superseded-at-step-2/): with a user's
+    file in it, the resume is refused before training, and nothing changes."""
     checkpoints = finished_run / "checkpoints"
     (checkpoints / "step-4" / "NOTES.txt").write_text("mine")
     before = snapshot(finished_run)
@@ -615,6 +620,34 @@ def test_a_block_length_too_short_in_a_checkpoints_mlmtrain_yaml_names_that_file
     code, lines = run_cli(capsys, *command)
     assert code == 2
     assert_one_error_line(lines, f"data.seq_len of {folder / 'mlmtrain.yaml'} must be >= 8", "pass --seq-len")
+
+
+# The process signals itself as the evaluation starts: a scheduler's SIGTERM (or `timeout`) during any command.
+_SIGTERM_DURING_EVALUATION = """
+import os, signal, sys
+import mlmtrain.commands as commands
+from mlmtrain.cli import main
+def signalled(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return evaluate(*args, **kwargs)
+evaluate, commands.evaluate_texts = commands.evaluate_texts, signalled
+main(sys.argv[1:])
+"""
+
+
+def test_sigterm_during_a_command_other_than_pretrain_says_interrupted(finished_run: Path, tiny_data: Path) -> None:
+    """Before: eval-perplexity (fill-mask, report, ...) died of SIGTERM silently, exit -15, with no word of why."""
+    folder = finished_run / "checkpoints" / "step-4"
+    command = ["eval-perplexity", "--model", str(folder), "--data", str(tiny_data / "valid.txt"), "--device", "cpu"]
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGTERM_DURING_EVALUATION, *command],
+        env=CHILD_ENV,
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT_S,
+    )
+    assert done.returncode == 130, done.stderr
+    assert_one_error_line(done.stderr.strip().splitlines(), "interrupted")
 
 
 # ---------------------------------------------------------------------------------------------
