@@ -134,6 +134,9 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+H200_DENSE_BF16_TFLOPS = 989.0  # the default peak of the benchmarks' MFU: NVIDIA's dense bf16 figure for the H200
+
+
 def flops_per_token(
     cfg: ModelConfig, vocab_size: int, seq_len: int, mlm_probability: float, sparse_head: bool
 ) -> float:

@@ -64,7 +64,7 @@ from mlmtrain.distributed import init_distributed
 from mlmtrain.errors import UserError
 from mlmtrain.evaluate import evaluate_blocks
 from mlmtrain.masking import VocabInfo, evaluation_masking
-from mlmtrain.model import build_model, flops_per_token
+from mlmtrain.model import H200_DENSE_BF16_TFLOPS, build_model, flops_per_token
 from mlmtrain.optim import build_optimizer, learning_rate
 from mlmtrain.precision import cpu_bf16_support, resolve_precision
 from mlmtrain.progress import say
@@ -87,7 +87,6 @@ SECTIONS = (
     "electra",
 )
 DEFAULT_SECTIONS = SECTIONS[:8]  # downstream and electra pretrain for many minutes and fine-tune: only when asked
-H200_DENSE_BF16_TFLOPS = 989.0
 HF_MLM_PROBABILITY = 0.15  # what run_mlm.py hands DataCollatorForLanguageModeling
 LABELS = {
     "ours": "mlmtrain pretrain",
