@@ -257,6 +257,7 @@ _SIGNAL_DURING_SAVE = """
 import os, signal, sys
 from transformers import PreTrainedTokenizerBase
 from mlmtrain.cli import main
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a test run started in the background ignores it
 save = PreTrainedTokenizerBase.save_pretrained
 def signalled(self, *args, **kwargs):
     os.kill(os.getpid(), getattr(signal, os.environ["PROBE_SIGNAL"]))

@@ -231,6 +231,7 @@ def verdicts_of(folder: Path, **overrides: Any) -> dict[str, health.Verdict]:
 _CTRL_C_AMID_THE_WRITE = """
 import os, pathlib, signal, sys
 from mlmtrain.cli import main
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a test run started in the background ignores it
 write_text = pathlib.Path.write_text
 def interrupted(self, *args, **kwargs):
     written = write_text(self, *args, **kwargs)
