@@ -4,16 +4,24 @@ torch.profiler, on micro-batches fetched beforehand, as the benchmark's bare ste
     python scripts/profile_step.py --device cuda --size base --batch 256 --seq-len 128          # on a GPU
     python scripts/profile_step.py --device cuda --size base --batch 256 --set train.compile=true
     python scripts/profile_step.py --quick                                                    # tiny, any device
+    python scripts/profile_step.py --device cuda --size base --batch 256 \
+        --variant "" --variant model.dropout=0 --variant model.dropout=0,train.compile=true     # compare settings
 
 It prints the step's wall time, tokens/s and (on a GPU) model FLOPs utilisation; how much of the wall time the GPU
 was busy running kernels; the host synchronisations per step (each one lets the GPU run dry while Python queues
 the next kernels); and the operators that took the most time. The trace goes to --out/trace.json (open it in
 Perfetto or chrome://tracing). Tokenizer and token store are built in --work-dir and reused.
+
+With --variant (repeated; each a comma-separated list of KEY=VALUE on top of --set, "" for none) every variant is
+measured in turn in one process, each printed as it finishes, and a table compares them at the end (also written to
+--out/variants.json); the trace is the first variant's.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import json
 import sys
 import time
 from pathlib import Path
@@ -54,6 +62,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     add("--steps", type=int, default=10, help="profiled steps")
     add("--set", action="append", default=[], metavar="KEY=VALUE", help="config override, e.g. train.compile=true")
     add("--peak-tflops", type=float, default=H200_DENSE_BF16_TFLOPS, help="peak for MFU (default H200 dense bf16)")
+    add("--variant", action="append", default=[], metavar="K=V[,K=V...]", help="settings to compare (see above)")
     add("--top", type=int, default=15, help="operators to list")
     add("--work-dir", default=str(REPO / "runs" / "profile"))
     add("--out", default=str(REPO / "results" / "profile"))
@@ -94,18 +103,23 @@ def device_time(event: Any) -> float:
     return getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0.0)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = parse_args(argv)
-    cfg = load_config(REPO / "configs" / f"{args.size}.yaml", overrides(args))
+def measure(args: argparse.Namespace, changes: list[str], trace: bool) -> dict[str, Any]:
+    """Build the parts for --set plus `changes`, warm up, profile --steps steps, time --steps more without the
+    profiler; print the figures and the operator table; return the figures."""
+    cfg = load_config(REPO / "configs" / f"{args.size}.yaml", overrides(args) + changes)
     tokenize_corpus(cfg, quiet=True)
     parts = build_parts(cfg, init_distributed(cfg.train.device))
     device = parts.ctx.device
     fetched = [[next(parts.batches) for _ in range(parts.layout.accum_steps)] for _ in range(4)]
     tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
 
+    start = time.perf_counter()
     for step in range(args.warmup):
         train_step(parts, fetched[step % len(fetched)], clock=lambda: 0.0)
     synchronize(device)
+    warmup = time.perf_counter() - start  # with train.compile: mostly compilation
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         start = time.perf_counter()
@@ -122,30 +136,67 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    prof.export_chrome_trace(str(out / "trace.json"))
+    if trace:
+        prof.export_chrome_trace(str(out / "trace.json"))
     events = prof.key_averages()
-
+    settings = ", ".join(list(args.set) + changes) or "no --set"
+    figures: dict[str, Any] = {
+        "settings": settings,
+        "step_ms": clean * 1e3,
+        "tokens_per_s": tokens_per_step / clean,
+        "warmup_s": warmup,
+        "precision": parts.precision.name,
+    }
     print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
-          f"torch {torch.__version__}; {args.size}, seq {args.seq_len}, batch {args.batch}, "
-          f"{parts.precision.name}; {', '.join(args.set) or 'no --set'}")  # fmt: skip
+          f"torch {torch.__version__}; {args.size}, seq {cfg.data.seq_len}, batch {cfg.train.batch_size}, "
+          f"{parts.precision.name}; {settings}")  # fmt: skip
     print(f"step: {clean * 1e3:.1f} ms without the profiler ({wall * 1e3:.1f} ms with it), "
-          f"{tokens_per_step / clean:,.0f} tokens/s")  # fmt: skip
+          f"{tokens_per_step / clean:,.0f} tokens/s; {args.warmup} warm-up steps took {warmup:.1f} s")  # fmt: skip
     if device.type == "cuda":
         flops = flops_per_token(
             cfg.model, len(parts.tokenizer), cfg.data.seq_len, cfg.masking.mlm_probability, cfg.model.sparse_head
         )
-        print(f"MFU: {flops * tokens_per_step / clean / (args.peak_tflops * 1e12):.1%} "
-              f"(flops_per_token {flops:.4g}, peak {args.peak_tflops:g} TFLOP/s)")  # fmt: skip
+        figures["mfu"] = flops * tokens_per_step / clean / (args.peak_tflops * 1e12)
+        print(f"MFU: {figures['mfu']:.1%} (flops_per_token {flops:.4g}, peak {args.peak_tflops:g} TFLOP/s)")
         # kernels of one stream do not overlap: their summed time is the time the GPU was busy
         busy = sum(device_time(e) for e in events if e.device_type.name == "CUDA") / 1e6 / args.steps
+        figures["gpu_busy_share"] = busy / wall
         print(f"GPU busy: {busy * 1e3:.1f} ms a step, {busy / wall:.0%} of the profiled step's wall time")
         syncs = {e.key: e.count / args.steps for e in events if "Synchronize" in e.key or e.key == "cudaMemcpyAsync"}
+        figures["syncs"] = syncs
         print("host synchronisations a step: " + (", ".join(f"{k} {v:g}" for k, v in sorted(syncs.items())) or "none"))
+        figures["peak_memory_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
         sort = "self_cuda_time_total" if not hasattr(events[0], "self_device_time_total") else "self_device_time_total"
     else:
         sort = "self_cpu_time_total"
     print(events.table(sort_by=sort, row_limit=args.top, max_name_column_width=60))
-    print(f"trace: {out / 'trace.json'}")
+    if trace:
+        print(f"trace: {out / 'trace.json'}")
+    del parts, fetched, prof, events
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    torch._dynamo.reset()  # the next variant compiles afresh (and its recompilations are its own)
+    return figures
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    variants = [[change for change in variant.split(",") if change.strip()] for variant in args.variant] or [[]]
+    results = []
+    for index, changes in enumerate(variants):
+        results.append(measure(args, changes, trace=index == 0))
+        sys.stdout.flush()
+    if len(variants) > 1:
+        out = Path(args.out)
+        (out / "variants.json").write_text(json.dumps(results, indent=1))
+        print("| variant | ms/step | tokens/s | MFU | GPU busy | peak MiB | warm-up s |")
+        print("|---|---|---|---|---|---|---|")
+        for row in results:
+            mfu, busy = row.get("mfu"), row.get("gpu_busy_share")
+            print(f"| {row['settings']} | {row['step_ms']:.1f} | {row['tokens_per_s']:,.0f} | "
+                  f"{'-' if mfu is None else f'{mfu:.1%}'} | {'-' if busy is None else f'{busy:.0%}'} | "
+                  f"{row.get('peak_memory_mib', 0):,.0f} | {row['warmup_s']:.1f} |")  # fmt: skip
     return 0
 
 

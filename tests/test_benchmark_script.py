@@ -112,6 +112,19 @@ def test_profile_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
     assert json.loads((out / "trace.json").read_text())["traceEvents"]
 
 
+def test_profile_script_compares_variants_in_one_process(tmp_path: Path) -> None:
+    out = tmp_path / "profile"
+    script = REPO / "scripts" / "profile_step.py"
+    variants = ["--variant", "", "--variant", "model.dropout=0,train.batch_size=4"]
+    work = ["--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    done = _run([sys.executable, str(script), "--quick", *work, *variants, "--top", "2"])
+    rows = json.loads((out / "variants.json").read_text())
+    assert [row["settings"] for row in rows] == ["no --set", "model.dropout=0, train.batch_size=4"]
+    # batch 8 then 4 sequences of 32 tokens: each row's tokens/s is its own batch over its own step time
+    assert [round(row["tokens_per_s"] * row["step_ms"] / 1e3) for row in rows] == [8 * 32, 4 * 32]
+    assert "| model.dropout=0, train.batch_size=4 |" in done.stdout
+
+
 @pytest.mark.slow
 def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
     """The issue-14 sections in one quick run: the race against the HF recipe given our schedule, bf16 against
