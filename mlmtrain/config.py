@@ -287,7 +287,7 @@ class TrainConfig:
     log_every: int = _f(10, "steps between metric lines in metrics.jsonl")
     eval_every: int = _f(500, "steps between validation evaluations; 0 disables")
     eval_max_blocks: int = _f(64, "validation blocks per evaluation during training")
-    max_nonfinite: int = _f(5, "stop after this many non-finite losses in a row")
+    max_nonfinite: int = _f(5, "stop after this many steps in a row skipped for a non-finite loss or gradient")
     tensorboard: bool = _f(False, "also log to TensorBoard (needs the tensorboard package)")
     progress: bool = _f(True, "show a progress bar")
 
@@ -347,7 +347,7 @@ class ReportConfig:
     spike_factor: float = _f(
         1.5, "health: a logged loss above this multiple of the median of the lines before it is a spike"
     )
-    nonfinite_steps: int = _f(0, "health: most steps the run may skip for a non-finite loss")
+    nonfinite_steps: int = _f(0, "health: most steps the run may skip for a non-finite loss or gradient")
     divergence_factor: float = _f(1.3, "health: a final smoothed loss above this multiple of its minimum is divergence")
     plateau_evals: int = _f(3, "health: evaluations without a new best validation loss that make a plateau")
     plateau_lr_share: float = _f(0.5, "health: a plateau counts while lr is above this share of its peak")

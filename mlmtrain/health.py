@@ -111,7 +111,7 @@ def check_nonfinite(run: Run, limits: ReportConfig) -> Verdict:
     }
     logged = {key: n for key, n in logged.items() if n}
     if count > limits.nonfinite_steps or logged:
-        parts = [f"{count} step(s) skipped for a non-finite loss"] if count else []
+        parts = [f"{count} step(s) skipped for a non-finite loss or gradient"] if count else []
         parts += [f"{n} non-finite {key} value(s)" for key, n in logged.items()]
         return Verdict(
             name,

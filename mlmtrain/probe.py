@@ -1,6 +1,11 @@
 """Downstream judgement of an encoder: fine-tune it, or fit a linear probe on its frozen features, on a labeled text
 task (`tasks.py`), and score the test split (accuracy, macro-F1, majority-class accuracy and a 95 % interval; Pearson
 and Spearman for a regression task). Used by `mlmtrain probe` and, live, by the training loop. Prints nothing.
+
+It runs in float32 on every device. Under bf16 autocast on an H200 (torch 2.11), fine-tuning an MLM checkpoint on
+padded batches got NaN gradients at its second step while its forward stayed finite (in float32 the same steps
+trained well): the attention-backward failure with padding masks that torch and transformers have open reports
+of. A probe is small next to pretraining; float32 costs it little and keeps its scores sound.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from tqdm import tqdm
 
 from mlmtrain.config import OptimConfig
 from mlmtrain.errors import UserError
-from mlmtrain.evaluate import autocast_context, check_checkpoint_folder, first_line, quiet_transformers
+from mlmtrain.evaluate import check_checkpoint_folder, first_line, quiet_transformers
 from mlmtrain.optim import build_optimizer, learning_rate, set_learning_rate
 from mlmtrain.tasks import Split, Task, TaskFields, load_task
 
@@ -148,10 +153,8 @@ def batches(
         yield {k: v.to(device) for k, v in inputs.items()}, encoded.targets[list(rows)]
 
 
-def _autocast(device: torch.device) -> Any:
-    """bf16 autocast on GPUs that have it; plain fp32 elsewhere (CPU results then repeat exactly for a seed)."""
-    use_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    return autocast_context(device, torch.bfloat16 if use_bf16 else None)
+class ProbeDiverged(UserError):
+    """Fine-tuning met a non-finite loss or gradient: the probe stops rather than score a broken classifier."""
 
 
 def _is_path(name: str) -> bool:
@@ -307,8 +310,7 @@ def predict(model: Any, data: Encoded, prepared: PreparedTask, batch_size: int, 
     """Logits (classification) or predictions (regression) of a sequence classifier, float32 on the CPU."""
     outputs, order = [], _by_length(data)
     for inputs, _ in batches(data, order, batch_size, prepared.pad_id, device):
-        with _autocast(device):
-            outputs.append(model(**inputs).logits.float().cpu())
+        outputs.append(model(**inputs).logits.float().cpu())
     return _in_order(outputs, order)
 
 
@@ -340,10 +342,17 @@ def finetune(
             order = torch.randperm(len(train), generator=order_rng).tolist()
             for inputs, targets in batches(train, order, settings.batch_size, prepared.pad_id, device):
                 set_learning_rate(optimizer, learning_rate(step, step / total, optim, warmup / total))
-                with _autocast(device):
-                    loss = model(**inputs, labels=targets.to(device)).loss
+                loss = model(**inputs, labels=targets.to(device)).loss
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), optim.grad_clip)
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), optim.grad_clip)
+                if not (math.isfinite(loss.item()) and math.isfinite(norm.item())):
+                    # one such step would make every weight NaN (clipping scales every gradient by 1 / NaN) and
+                    # every prediction class 0: stop instead of scoring that
+                    raise ProbeDiverged(
+                        "probe",
+                        f"fine-tuning diverged at step {step + 1} of {total} (loss {loss.item():.4g}, gradient norm "
+                        f"{norm.item():.4g}); try a lower --lr than {settings.lr:g}",
+                    )
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
@@ -374,8 +383,7 @@ def features(
     """Pooled last-layer features of a frozen encoder: the mean over real tokens, or the [CLS] vector."""
     out, order = [], _by_length(data)
     for inputs, _ in batches(data, order, settings.batch_size, prepared.pad_id, device):
-        with _autocast(device):
-            hidden = encoder(**inputs).last_hidden_state.float()
+        hidden = encoder(**inputs).last_hidden_state.float()
         if settings.pooling == "cls":
             out.append(hidden[:, 0].cpu())
         else:

@@ -204,7 +204,7 @@ class StepResult:
     lr: float
     grad_norm: float
     tokens: int  # tokens of the global batch
-    skipped: bool  # non-finite loss or no selected token: no update was made
+    skipped: bool  # non-finite loss or gradients, or no selected token: no update was made
     stop_requested: bool  # some rank was asked to stop (a signal): all ranks stop after this step
     parts: dict[str, float]  # each loss part's mean when the objective has several (ELECTRA), else empty
 
@@ -252,6 +252,7 @@ def train_step(
     loss_parts = objective.parts(reduced[:-1], counts)
 
     # 3. A non-finite loss (or an empty selection) skips the step; all ranks agree: the loss was reduced over all.
+    #    (Non-finite gradients skip it too, in 4.)
     if not math.isfinite(loss) or selected == 0:
         parts.optimizer.zero_grad(set_to_none=True)
         state.nonfinite_in_row += 1
@@ -263,6 +264,14 @@ def train_step(
     parts.scaler.unscale_(parts.optimizer)
     clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
     grad_norm = float(torch.nn.utils.clip_grad_norm_(parts.mlm.parameters(), clip))
+    if not math.isfinite(grad_norm) and not parts.scaler.is_enabled():
+        # A finite loss with non-finite gradients (seen from a bf16 attention backward on GPU): the update would make
+        # every weight NaN, so skip it like a non-finite loss. DDP averaged the gradients: all ranks agree. Under fp16
+        # the scaler handles overflow itself: its step skips and its update lowers the scale.
+        parts.optimizer.zero_grad(set_to_none=True)
+        state.nonfinite_in_row += 1
+        state.nonfinite_total += 1
+        return StepResult(loss, float("nan"), grad_norm, int(tokens), True, stop_votes > 0, loss_parts)
     if state.step == cfg.optim.warmup_steps:
         state.warmup_end_progress = budget_progress(cfg, state)
     lr = learning_rate(state.step, budget_progress(cfg, state), cfg.optim, state.warmup_end_progress)

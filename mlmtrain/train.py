@@ -23,7 +23,7 @@ from mlmtrain.errors import UserError, interrupt_on_sigterm, loader_worker_died
 from mlmtrain.files import write_failure
 from mlmtrain.guard import RunLock, StopRequested, check_before_start, claim_run_dir
 from mlmtrain.objective import evaluate_trained
-from mlmtrain.probe import LiveProbe, Task, live_task, metric_record
+from mlmtrain.probe import LiveProbe, ProbeDiverged, Task, live_task, metric_record
 from mlmtrain.progress import Reporter, say
 from mlmtrain.report import LiveReport
 from mlmtrain.step import Parts, StepResult, budget_progress, build_parts, train_step
@@ -256,13 +256,14 @@ class Loop:
         state = self.state
         reporter.log({"step": state.step, "tokens": state.tokens, "nonfinite_skipped": state.nonfinite_total})
         reporter.message(
-            f"step {state.step + 1}: loss is {result.loss}; step skipped ({state.nonfinite_in_row} in a row)"
+            f"step {state.step + 1}: loss {result.loss}, gradient norm {result.grad_norm}; step skipped "
+            f"({state.nonfinite_in_row} in a row)"
         )
         if state.nonfinite_in_row >= self.cfg.train.max_nonfinite:
             kept = f"; the last good checkpoint is {self.last_saved}" if self.last_saved else ""
             raise UserError(
                 "train",
-                f"{state.nonfinite_in_row} non-finite losses in a row at step "
+                f"{state.nonfinite_in_row} non-finite losses or gradients in a row at step "
                 f"{state.step}{kept}; lower optim.lr or use train.precision fp32/bf16",
             )
 
@@ -289,7 +290,11 @@ class Loop:
         """The live downstream probe when due (rank 0), into metrics.jsonl, its time off the budget's clock (the
         other ranks wait at the next collective)."""
         state = self.state
-        result = self.live_probe.when_due(self.parts.mlm, state.step, evaluated, final) if self.live_probe else None
+        try:
+            result = self.live_probe.when_due(self.parts.mlm, state.step, evaluated, final) if self.live_probe else None
+        except ProbeDiverged as error:  # a probe's own trouble: say so, and pretraining goes on
+            reporter.message(f"step {state.step}: probe skipped: {error.message}")
+            return
         if result is not None:
             reporter.log({"step": state.step, "tokens": state.tokens, **metric_record(result)})
             reporter.message(f"step {state.step}: {self.live_probe.summary(result)}")

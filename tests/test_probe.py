@@ -488,6 +488,33 @@ def test_bad_task_or_argument_is_one_line_and_exit_2(
     assert not saved.exists() and not list(tmp_path.glob(".kept.tmp-*"))
 
 
+def test_fine_tuning_that_diverges_is_one_line_not_a_score(
+    untrained_folder: Path, topics: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A fine-tuning whose loss or gradients turn non-finite used to go on with NaN weights and report the share of
+    class 0 as the accuracy (seen on a GPU); now it stops with one line that names the step and the learning rate."""
+    saved = tmp_path / "kept"
+    args = ["--model", str(untrained_folder), "--task", str(topics / "task"), "--device", "cpu"]
+    code, lines = run_cli(capsys, "probe", *args, "--lr", "1e30", "--save", str(saved))
+    assert code == 2
+    assert_one_error_line(lines, "fine-tuning diverged at step", "try a lower --lr than 1e+30")
+    assert not saved.exists() and not list(tmp_path.glob(".kept.tmp-*"))
+
+
+def test_a_live_probe_that_diverges_is_skipped_and_pretraining_goes_on(
+    topics: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run_dir = tmp_path / "run"
+    options = {"train.run_dir": str(run_dir), "train.max_steps": 4, "train.eval_every": 2}
+    probe = {"probe.task": str(topics / "task"), "probe.mode": "finetune", "probe.lr": 1e30}
+    probe |= {"probe.max_train_examples": 30, "probe.batch_size": 8}
+    pretrain(load_config(None, topic_overrides(topics, **options, **probe)))
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert not [line for line in lines if "probe_acc" in line]
+    assert max(line["step"] for line in lines if "loss" in line) == 4
+    assert capsys.readouterr().err.count("probe skipped: fine-tuning diverged at step") == 2  # steps 2 and 4
+
+
 def test_a_model_folder_that_is_not_an_encoder(
     untrained_folder: Path, topics: Path, copy_of, capsys: pytest.CaptureFixture
 ) -> None:

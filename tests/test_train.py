@@ -205,3 +205,29 @@ def test_progress_into_a_file_is_a_plain_line_now_and_then_not_a_redrawn_bar(cap
     assert [line.split(" min left")[0].rsplit(",", 1)[0] for line in lines] == [
         f"step {step}/100 ({step}%): loss 2.500, lr 1.00e-03, 1,000 tokens/s" for step in (1, 2, 3)
     ]
+
+
+def test_a_step_with_finite_loss_but_non_finite_gradients_is_skipped(tiny_config) -> None:
+    """One NaN in one gradient (a GPU attention backward can give it while the loss stays finite) would make every
+    weight NaN through clipping and AdamW: the step is skipped and counted, as for a non-finite loss, and the next
+    step trains as usual."""
+    import math
+    import time
+
+    from mlmtrain.distributed import DistContext
+    from mlmtrain.step import build_parts, train_step
+
+    parts = build_parts(tiny_config(), DistContext(device=torch.device("cpu")))
+    weight = parts.mlm.bert.encoder.layer[0].attention.self.query.weight
+    poison = weight.register_hook(lambda grad: grad * float("nan"))
+    before = {name: p.detach().clone() for name, p in parts.mlm.named_parameters()}
+    result = train_step(parts, [next(parts.batches)], clock=time.perf_counter)
+    assert result.skipped and math.isfinite(result.loss) and math.isnan(result.grad_norm)
+    assert (parts.state.step, parts.state.nonfinite_in_row, parts.state.nonfinite_total) == (0, 1, 1)
+    assert all(torch.equal(p, before[name]) for name, p in parts.mlm.named_parameters())
+    poison.remove()
+    result = train_step(parts, [next(parts.batches)], clock=time.perf_counter)
+    assert not result.skipped and math.isfinite(result.grad_norm)
+    assert (parts.state.step, parts.state.nonfinite_in_row, parts.state.nonfinite_total) == (1, 0, 1)
+    assert all(torch.isfinite(p).all() for p in parts.mlm.parameters())
+    assert not torch.equal(weight, before["bert.encoder.layer.0.attention.self.query.weight"])
