@@ -82,10 +82,11 @@ class MaskedLM(torch.nn.Module):
         hidden = self.mlm.bert(input_ids, attention_mask=attention_mask).last_hidden_state
         if self.sparse_head:
             # The head (H x H transform, H x V decoder) is most of the cost of a small BERT; run it on the ~15 %
-            # selected rows only. Boolean indexing has a data-dependent shape (a host sync on CUDA).
-            selected = labels != IGNORE_INDEX
-            logits = self.mlm.cls(hidden[selected])
-            targets = labels[selected]
+            # selected rows only. Their positions have a data-dependent count: one host sync on CUDA, shared by
+            # the rows and their labels (two boolean indexings would wait twice).
+            rows = (labels.flatten() != IGNORE_INDEX).nonzero().squeeze(1)
+            logits = self.mlm.cls(hidden.flatten(0, 1).index_select(0, rows))
+            targets = labels.flatten().index_select(0, rows)
         else:
             logits = self.mlm.cls(hidden).flatten(0, 1)
             targets = labels.flatten()

@@ -247,7 +247,7 @@ def train_step(
     elapsed = clock() if ctx.is_main else 0.0
     reduced = all_reduce_sum(
         ctx, torch.cat([loss_sums, torch.tensor([elapsed], dtype=torch.float64, device=ctx.device)])
-    )
+    ).cpu()  # one wait for the GPU to read the loss sums and the clock, not one per value
     loss, state.elapsed_s = float(objective.loss(reduced[:-1], counts)), float(reduced[-1])
     loss_parts = objective.parts(reduced[:-1], counts)
 
