@@ -345,19 +345,20 @@ def finetune(
                 loss = model(**inputs, labels=targets.to(device)).loss
                 loss.backward()
                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(), optim.grad_clip)
-                if not (math.isfinite(loss.item()) and math.isfinite(norm.item())):
+                loss_value, norm_value = loss.item(), norm.item()
+                if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
                     # one such step would make every weight NaN (clipping scales every gradient by 1 / NaN) and
                     # every prediction class 0: stop instead of scoring that
                     raise ProbeDiverged(
                         "probe",
-                        f"fine-tuning diverged at step {step + 1} of {total} (loss {loss.item():.4g}, gradient norm "
-                        f"{norm.item():.4g}); try a lower --lr than {settings.lr:g}",
+                        f"fine-tuning diverged at step {step + 1} of {total} (loss {loss_value:.4g}, gradient norm "
+                        f"{norm_value:.4g}); try a lower --lr than {settings.lr:g}",
                     )
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
                 bar.update(1)
-                bar.set_postfix(epoch=epoch, loss=f"{loss.item():.3f}", refresh=False)
+                bar.set_postfix(epoch=epoch, loss=f"{loss_value:.3f}", refresh=False)
             model.eval()
             valid = score(
                 task, predict(model, prepared.valid, prepared, settings.batch_size, device), prepared.valid.targets

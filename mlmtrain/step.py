@@ -254,10 +254,7 @@ def train_step(
     # 3. A non-finite loss (or an empty selection) skips the step; all ranks agree: the loss was reduced over all.
     #    (Non-finite gradients skip it too, in 4.)
     if not math.isfinite(loss) or selected == 0:
-        parts.optimizer.zero_grad(set_to_none=True)
-        state.nonfinite_in_row += 1
-        state.nonfinite_total += 1
-        return StepResult(loss, float("nan"), float("nan"), int(tokens), True, stop_votes > 0, loss_parts)
+        return _skipped(parts, loss, float("nan"), int(tokens), stop_votes > 0, loss_parts)
     state.nonfinite_in_row = 0
 
     # 4. Clip, set the learning rate for this step, step.
@@ -268,10 +265,7 @@ def train_step(
         # A finite loss with non-finite gradients (seen from a bf16 attention backward on GPU): the update would make
         # every weight NaN, so skip it like a non-finite loss. DDP averaged the gradients: all ranks agree. Under fp16
         # the scaler handles overflow itself: its step skips and its update lowers the scale.
-        parts.optimizer.zero_grad(set_to_none=True)
-        state.nonfinite_in_row += 1
-        state.nonfinite_total += 1
-        return StepResult(loss, float("nan"), grad_norm, int(tokens), True, stop_votes > 0, loss_parts)
+        return _skipped(parts, loss, grad_norm, int(tokens), stop_votes > 0, loss_parts)
     if state.step == cfg.optim.warmup_steps:
         state.warmup_end_progress = budget_progress(cfg, state)
     lr = learning_rate(state.step, budget_progress(cfg, state), cfg.optim, state.warmup_end_progress)
@@ -282,6 +276,16 @@ def train_step(
     state.step += 1
     state.tokens += int(tokens)
     return StepResult(loss, lr, grad_norm, int(tokens), False, stop_votes > 0, loss_parts)
+
+
+def _skipped(
+    parts: Parts, loss: float, grad_norm: float, tokens: int, stop: bool, loss_parts: dict[str, float]
+) -> StepResult:
+    """A step that makes no update: its gradients dropped, counted as skipped (in a row and in all), no lr."""
+    parts.optimizer.zero_grad(set_to_none=True)
+    parts.state.nonfinite_in_row += 1
+    parts.state.nonfinite_total += 1
+    return StepResult(loss, float("nan"), grad_norm, tokens, True, stop, loss_parts)
 
 
 def _count_tokens(batch: dict[str, torch.Tensor]) -> int:

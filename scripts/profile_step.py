@@ -151,7 +151,7 @@ def measure(args: argparse.Namespace, changes: list[str], trace: bool) -> dict[s
           f"torch {torch.__version__}; {args.size}, seq {cfg.data.seq_len}, batch {cfg.train.batch_size}, "
           f"{parts.precision.name}; {settings}")  # fmt: skip
     print(f"step: {clean * 1e3:.1f} ms without the profiler ({wall * 1e3:.1f} ms with it), "
-          f"{tokens_per_step / clean:,.0f} tokens/s; {args.warmup} warm-up steps took {warmup:.1f} s")  # fmt: skip
+          f"{figures['tokens_per_s']:,.0f} tokens/s; {args.warmup} warm-up steps took {warmup:.1f} s")  # fmt: skip
     if device.type == "cuda":
         flops = flops_per_token(
             cfg.model, len(parts.tokenizer), cfg.data.seq_len, cfg.masking.mlm_probability, cfg.model.sparse_head
