@@ -279,7 +279,10 @@ class TrainConfig:
         "auto", "autocast precision; auto: bf16 on CUDA where supported and on CPUs with AMX bf16 units, else fp32"
     )
     device: str = _f("auto", "auto, cpu, cuda or cuda:N")
-    compile: bool = _f(False, "torch.compile the model")
+    compile: bool = _f(
+        False,
+        "torch.compile the model: faster steps after compiling first; needs a C++ compiler (CPU) or Triton (CUDA)",
+    )
     seed: int = _f(0, "seed of weights, data order and masks")
     objective: Literal["mlm", "electra"] = _f(
         "mlm", "mlm: masked language modeling; electra: replaced-token detection (settings in the electra section)"

@@ -145,10 +145,15 @@ def _remove_the_old_run(run_dir: Path) -> None:
 
 def check_before_start(cfg: Config, device: torch.device, resume_from: Optional[Path]) -> None:
     """Everything that would make the run fail later, checked before a tokenizer or store is (re)built:
-    a model too big for the device, and a checkpoint that belongs to another model or tokenizer."""
+    a model too big for the device, train.compile without the compiler it needs, and a checkpoint that belongs to
+    another model or tokenizer."""
     from mlmtrain.model import check_model_fits
 
     check_model_fits(cfg.model, cfg.tokenizer.vocab_size, device)
+    if cfg.train.compile:
+        from mlmtrain.step import check_compile_toolchain
+
+        check_compile_toolchain(device)
     ckpt.check_latest_link(Path(cfg.train.run_dir))  # a user's folder named latest would fail the first save
     if resume_from is None:
         return

@@ -39,6 +39,51 @@ from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
 from mlmtrain.tokens import TokenStore
 
 
+def check_compile_toolchain(device: torch.device) -> None:
+    """UserError, before anything is built, where `train.compile`'s backend (inductor) cannot generate code for
+    `device`: it writes C++ for the CPU and Triton kernels for CUDA, and without a compiler or Triton the first step
+    would fail with a page of traceback. (A compiler that is found but cannot build, e.g. without Python's headers,
+    is caught at the first step instead: `compile_failure`.)"""
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            raise UserError(
+                "config",
+                "train.compile: true needs Triton to compile for CUDA, and it is not installed; install it "
+                "(pip install triton) or set train.compile: false",
+            )
+        return
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+    except ImportError:  # an older torch: a missing compiler shows at the first step (compile_failure)
+        return
+    try:
+        get_cpp_compiler()  # tries $CXX (else g++, or clang++ on macOS) with --version
+    except Exception:
+        raise UserError(
+            "config",
+            "train.compile: true needs a C++ compiler on the CPU, and none works here; install one (g++ or clang++, "
+            "or point CXX at it) or set train.compile: false",
+        ) from None
+
+
+def compile_failure(error: BaseException) -> Optional[str]:
+    """The first line of `error` when it is torch.compile failing to compile the model (a C++ compiler that cannot
+    build, a kernel it cannot generate), else None: the fix is the same whatever the cause, train.compile: false."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    if not isinstance(error, BackendCompilerFailed):
+        return None
+    inner = getattr(error, "inner_exception", None) or error
+    first = next((line.strip() for line in str(inner).splitlines() if line.strip()), type(inner).__name__)
+    output = getattr(inner, "output", None)  # a C++ compiler's own output: its first error says what is missing
+    if isinstance(output, str):
+        said = [line.strip() for line in output.splitlines() if "error" in line.lower()]
+        first = f"{first}: {said[0]}" if said else first
+    return first if len(first) <= 240 else first[:237] + "..."
+
+
 @dataclass
 class TrainState:
     """Everything besides weights and optimizer that a resumed run needs to continue exactly."""

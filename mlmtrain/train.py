@@ -26,7 +26,7 @@ from mlmtrain.objective import evaluate_trained
 from mlmtrain.probe import LiveProbe, ProbeDiverged, Task, live_task, metric_record
 from mlmtrain.progress import Reporter, say
 from mlmtrain.report import LiveReport
-from mlmtrain.step import Parts, StepResult, budget_progress, build_parts, train_step
+from mlmtrain.step import Parts, StepResult, budget_progress, build_parts, compile_failure, train_step
 from mlmtrain.tokenizer import tokenizer_fingerprint
 from mlmtrain.tokens import TokenStore, tokenize_corpus
 
@@ -62,6 +62,13 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
                 say(f"no checkpoint in {run_dir}; starting a new run")
             return _run(cfg, ctx, run_dir, resume_from, task)
     except RuntimeError as error:
+        failed = compile_failure(error)
+        if failed is not None:  # e.g. a C++ compiler found but unable to build: the fix is to train without compile
+            latest = ckpt.latest_checkpoint(run_dir)
+            kept = f"; the last complete checkpoint is {latest}" if latest else ""
+            raise UserError(
+                "compile", f"torch.compile could not compile the model ({failed}); set train.compile: false{kept}"
+            ) from None
         if not (loader_worker_died(error) or (ctx.distributed and peer_lost(error))):
             raise
         raise _stopped_from_outside(error, run_dir) from error

@@ -19,7 +19,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.tokens import TokenStore
 
 from .conftest import WORDS, write_corpus
-from .test_reliability import CHILD_ENV, assert_one_error_line, run_cli, set_options
+from .test_reliability import CHILD_ENV, CHILD_TIMEOUT_S, assert_one_error_line, run_cli, set_options
 
 QUICK_RUN = {"train.max_steps": 2, "train.eval_every": 0, "checkpoint.save_every": 0}
 
@@ -390,3 +390,47 @@ def test_fill_mask_refuses_a_stdin_line_that_is_not_utf8(model_dir: Path, errors
     assert done.returncode == 2, stderr
     assert_one_error_line(stderr.strip().splitlines(), "fill-mask", "line 3 of stdin", "not valid UTF-8")
     assert done.stdout.decode().startswith("the quick [MASK] fox\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# train.compile on a machine that cannot compile: torch.compile's CPU backend writes and builds C++
+
+
+def _pretrain_compiled(tiny_data: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    options = set_options(tiny_data, tmp_path / "run", **{**QUICK_RUN, "train.compile": "true"})
+    return subprocess.run(
+        [sys.executable, "-m", "mlmtrain", "pretrain", *options],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**CHILD_ENV, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache"), **env},
+        timeout=CHILD_TIMEOUT_S,
+    )
+
+
+def test_compile_without_a_cpp_compiler_is_one_line_before_anything_is_built(tiny_data: Path, tmp_path: Path) -> None:
+    """Before: the first step died in inductor with a 130-line traceback and exit 1."""
+    done = _pretrain_compiled(tiny_data, tmp_path, CXX=str(tmp_path / "no-such-g++"))
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert_one_error_line(lines, "mlmtrain: config: ", "needs a C++ compiler", "train.compile: false")
+    assert not any(line.startswith("pretrain:") for line in lines), lines  # refused before the model was built
+
+
+def test_a_compiler_that_cannot_build_is_one_line_naming_its_error(tiny_data: Path, tmp_path: Path) -> None:
+    """A compiler that answers --version but cannot build (here: no Python headers) passes the check before the
+    start; the first step's compilation fails, and the user reads the compiler's error and the fix in one line."""
+    fake = tmp_path / "g++"
+    fake.write_text(
+        '#!/bin/sh\nif [ "$1" = "--version" ]; then echo "g++ 12"; exit 0; fi\n'
+        'echo "fatal error: Python.h: No such file or directory" >&2\nexit 1\n'
+    )
+    fake.chmod(0o755)
+    done = _pretrain_compiled(tiny_data, tmp_path, CXX=str(fake))
+    assert done.returncode == 2, done.stderr
+    assert_one_error_line(
+        done.stderr.strip().splitlines(),
+        "mlmtrain: compile: torch.compile could not compile the model",
+        "Python.h: No such file or directory",
+        "set train.compile: false",
+    )
