@@ -115,6 +115,7 @@ def scored_positions(
     return scored
 
 
+@torch.compiler.disable  # under train.compile a draw sized by the selected rows broke tracing; eager draws as before
 def sample_tokens(
     logits: torch.Tensor, temperature: float, banned: torch.Tensor, generator: Optional[torch.Generator] = None
 ) -> torch.Tensor:
