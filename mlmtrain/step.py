@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -66,6 +66,24 @@ def check_compile_toolchain(device: torch.device) -> None:
             "train.compile: true needs a C++ compiler on the CPU, and none works here; install one (g++ or clang++, "
             "or point CXX at it) or set train.compile: false",
         ) from None
+
+
+@contextmanager
+def reproducible_compile(cfg: Config, device: torch.device) -> Iterator[None]:
+    """With train.compile on the CPU, torch's deterministic algorithms for the block (then as before). Inductor's
+    C++ kernels otherwise sum some gradients with parallel atomic adds (the token-type embedding's, every position
+    into one row), so two runs, or a run and its resumed copy, differ in the last bits. Measured on 2 cores: the
+    mini step is as fast either way. (Eager CPU kernels are deterministic already; CUDA's are not bit-reproducible
+    in any case, and there the switch would refuse some kernels.)"""
+    if not (cfg.train.compile and device.type == "cpu"):
+        yield
+        return
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)  # warn_only: an op without such a kernel still runs
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 def compile_failure(error: BaseException) -> Optional[str]:

@@ -26,7 +26,15 @@ from mlmtrain.objective import evaluate_trained
 from mlmtrain.probe import LiveProbe, ProbeDiverged, Task, live_task, metric_record
 from mlmtrain.progress import Reporter, say
 from mlmtrain.report import LiveReport
-from mlmtrain.step import Parts, StepResult, budget_progress, build_parts, compile_failure, train_step
+from mlmtrain.step import (
+    Parts,
+    StepResult,
+    budget_progress,
+    build_parts,
+    compile_failure,
+    reproducible_compile,
+    train_step,
+)
 from mlmtrain.tokenizer import tokenizer_fingerprint
 from mlmtrain.tokens import TokenStore, tokenize_corpus
 
@@ -60,7 +68,8 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
             on_main(ctx, lambda: _ensure_data(cfg))
             if ctx.is_main and resume == "auto" and resume_from is None:
                 say(f"no checkpoint in {run_dir}; starting a new run")
-            return _run(cfg, ctx, run_dir, resume_from, task)
+            with reproducible_compile(cfg, ctx.device):
+                return _run(cfg, ctx, run_dir, resume_from, task)
     except RuntimeError as error:
         failed = compile_failure(error)
         if failed is not None:  # e.g. a C++ compiler found but unable to build: the fix is to train without compile
@@ -68,7 +77,7 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
             kept = f"; the last complete checkpoint is {latest}" if latest else ""
             raise UserError(
                 "compile", f"torch.compile could not compile the model ({failed}); set train.compile: false{kept}"
-            ) from None
+            ) from error  # mlmtrain --debug shows the compiler's whole story
         if not (loader_worker_died(error) or (ctx.distributed and peer_lost(error))):
             raise
         raise _stopped_from_outside(error, run_dir) from error

@@ -87,6 +87,27 @@ def test_paused_and_resumed_run_equals_an_uninterrupted_one(tiny_config, tmp_pat
         assert torch.equal(a[key], b[key]), key
 
 
+def test_a_compiled_run_learns_as_the_eager_one_and_resumes_exactly(tiny_config, tmp_path: Path) -> None:
+    """train.compile on the CPU: the eager run's losses (to float rounding: inductor fuses and reorders), with the
+    classic random masks (a row count that changes every step), and a paused compiled run resumes exactly (before:
+    in the last bits only, as inductor summed the token-type embedding's gradient with parallel atomic adds)."""
+    common = {"model.dropout": 0.0, "train.max_steps": 6, "train.eval_every": 3, "checkpoint.save_every": 3}
+    compiled = {**common, "train.compile": True}
+    pretrain(tiny_config(**{"train.run_dir": str(tmp_path / "eager"), **common}))
+    whole = pretrain(tiny_config(**{"train.run_dir": str(tmp_path / "whole"), **compiled}))
+    eager, losses = step_losses(tmp_path / "eager"), step_losses(tmp_path / "whole")
+    assert eager.keys() == losses.keys() == set(range(1, 7))
+    for step in eager:
+        assert losses[step] == pytest.approx(eager[step], rel=1e-4), step
+    parts = tiny_config(**{"train.run_dir": str(tmp_path / "parts"), "train.pause_after": 3, **compiled})
+    assert pretrain(parts).name == "step-3"
+    resumed = pretrain(parts, resume="auto")
+    assert step_losses(tmp_path / "parts") == losses
+    a, b = weights(whole), weights(resumed)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
 def test_grad_accumulation_matches_one_big_batch(tiny_config, tmp_path: Path) -> None:
     # dropout off: the two runs draw dropout masks for different tensor shapes
     common = {
