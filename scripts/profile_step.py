@@ -14,7 +14,9 @@ Perfetto or chrome://tracing). Tokenizer and token store are built in --work-dir
 
 With --variant (repeated; each a comma-separated list of KEY=VALUE on top of --set, "" for none) every variant is
 measured in turn in one process, each printed as it finishes, and a table compares them at the end (also written to
---out/variants.json); the trace is the first variant's.
+--out/variants.json); the trace is the first variant's. Besides config keys a variant (or --set) may hold
+sdpa=BACKEND (flash, cudnn, efficient or math): the steps run inside torch.nn.attention.sdpa_kernel(BACKEND), which
+fixes the attention kernel that scaled_dot_product_attention (and, under train.compile, the traced graph) uses.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import gc
 import json
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Optional
 
@@ -90,7 +93,39 @@ def overrides(args: argparse.Namespace) -> list[str]:
         "train.progress": False,
         **(QUICK if args.quick else {}),
     }
-    return [f"{key}={value}" for key, value in values.items()] + list(args.set)
+    return [f"{key}={value}" for key, value in values.items()]
+
+
+SDPA_BACKENDS = {
+    "flash": "FLASH_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "math": "MATH",
+}
+
+
+def attention_kernel(changes: list[str]) -> tuple[list[str], Any]:
+    """`changes` less any sdpa=BACKEND, and the context the steps run in (sdpa_kernel(BACKEND), else none)."""
+    kept, backend = [], None
+    for change in changes:
+        key, _, value = change.partition("=")
+        if key.strip() != "sdpa":
+            kept.append(change)
+        elif value.strip() not in SDPA_BACKENDS:
+            raise SystemExit(f"profile_step: sdpa={value} is not one of {', '.join(SDPA_BACKENDS)}")
+        else:
+            backend = value.strip()
+    if backend is None:
+        return kept, nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return kept, sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[backend]))
+
+
+def attention_name(figures: dict[str, Any]) -> str:
+    """The attention kernels a variant ran, by the backend names of sdpa=: e.g. "cudnn", "flash", "math"."""
+    names = {name for op in figures["attention_ops"] for name in ("flash", "cudnn", "efficient", "math") if name in op}
+    return "+".join(sorted(names)) or "-"
 
 
 def synchronize(device: torch.device) -> None:
@@ -106,8 +141,14 @@ def device_time(event: Any) -> float:
 def measure(args: argparse.Namespace, changes: list[str], trace: bool) -> dict[str, Any]:
     """Build the parts for --set plus `changes`, warm up, profile --steps steps, time --steps more without the
     profiler; print the figures and the operator table; return the figures."""
-    cfg = load_config(REPO / "configs" / f"{args.size}.yaml", overrides(args) + changes)
+    config_changes, kernel = attention_kernel(list(args.set) + changes)
+    cfg = load_config(REPO / "configs" / f"{args.size}.yaml", overrides(args) + config_changes)
     tokenize_corpus(cfg, quiet=True)
+    with kernel:
+        return _measure(args, changes, trace, cfg)
+
+
+def _measure(args: argparse.Namespace, changes: list[str], trace: bool, cfg: Any) -> dict[str, Any]:
     parts = build_parts(cfg, init_distributed(cfg.train.device))
     device = parts.ctx.device
     fetched = [[next(parts.batches) for _ in range(parts.layout.accum_steps)] for _ in range(4)]
@@ -150,8 +191,11 @@ def measure(args: argparse.Namespace, changes: list[str], trace: bool) -> dict[s
     print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
           f"torch {torch.__version__}; {args.size}, seq {cfg.data.seq_len}, batch {cfg.train.batch_size}, "
           f"{parts.precision.name}; {settings}")  # fmt: skip
+    # which attention kernel ran: a fused one (flash, cuDNN, efficient) or the math path's matmuls and softmax
+    figures["attention_ops"] = sorted({e.key for e in events if "scaled_dot_product" in e.key})
     print(f"step: {clean * 1e3:.1f} ms without the profiler ({wall * 1e3:.1f} ms with it), "
           f"{figures['tokens_per_s']:,.0f} tokens/s; {args.warmup} warm-up steps took {warmup:.1f} s")  # fmt: skip
+    print("attention operators: " + (", ".join(figures["attention_ops"]) or "none (compiled into other kernels)"))
     if device.type == "cuda":
         flops = flops_per_token(
             cfg.model, len(parts.tokenizer), cfg.data.seq_len, cfg.masking.mlm_probability, cfg.model.sparse_head
@@ -190,13 +234,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     if len(variants) > 1:
         out = Path(args.out)
         (out / "variants.json").write_text(json.dumps(results, indent=1))
-        print("| variant | ms/step | tokens/s | MFU | GPU busy | peak MiB | warm-up s |")
-        print("|---|---|---|---|---|---|---|")
+        print("| variant | ms/step | tokens/s | MFU | GPU busy | peak MiB | warm-up s | attention |")
+        print("|---|---|---|---|---|---|---|---|")
         for row in results:
             mfu, busy = row.get("mfu"), row.get("gpu_busy_share")
             print(f"| {row['settings']} | {row['step_ms']:.1f} | {row['tokens_per_s']:,.0f} | "
                   f"{'-' if mfu is None else f'{mfu:.1%}'} | {'-' if busy is None else f'{busy:.0%}'} | "
-                  f"{row.get('peak_memory_mib', 0):,.0f} | {row['warmup_s']:.1f} |")  # fmt: skip
+                  f"{row.get('peak_memory_mib', 0):,.0f} | {row['warmup_s']:.1f} | "
+                  f"{attention_name(row)} |")  # fmt: skip
     return 0
 
 

@@ -125,6 +125,21 @@ def test_profile_script_compares_variants_in_one_process(tmp_path: Path) -> None
     assert "| model.dropout=0, train.batch_size=4 |" in done.stdout
 
 
+def test_profile_script_pins_the_attention_kernel_and_reports_it(tmp_path: Path) -> None:
+    """sdpa=BACKEND runs the variant's steps with that attention kernel, and each row names the kernel that ran."""
+    out = tmp_path / "profile"
+    script = REPO / "scripts" / "profile_step.py"
+    variants = ["--variant", "sdpa=math", "--variant", "sdpa=flash"]
+    work = ["--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    done = _run([sys.executable, str(script), "--quick", *work, *variants, "--top", "2"])
+    math, flash = json.loads((out / "variants.json").read_text())
+    assert (math["settings"], flash["settings"]) == ("sdpa=math", "sdpa=flash")
+    assert any("math" in op for op in math["attention_ops"]), math["attention_ops"]
+    assert not any("flash" in op for op in math["attention_ops"]), math["attention_ops"]
+    assert any("flash" in op for op in flash["attention_ops"]), flash["attention_ops"]
+    assert "| sdpa=math |" in done.stdout and done.stdout.rstrip().endswith("| flash |")
+
+
 @pytest.mark.slow
 def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
     """The issue-14 sections in one quick run: the race against the HF recipe given our schedule, bf16 against
