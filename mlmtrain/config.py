@@ -275,8 +275,10 @@ class TrainConfig:
     pause_after: Union[int, None] = _f(
         None, "save and stop once this many steps are done, as if interrupted (continue later with --resume)"
     )
-    precision: Literal["auto", "bf16", "fp16", "fp32"] = _f(
-        "auto", "autocast precision; auto: bf16 on CUDA where supported and on CPUs with AMX bf16 units, else fp32"
+    precision: Literal["auto", "bf16", "bf16-head", "fp16", "fp32"] = _f(
+        "auto",
+        "autocast precision; bf16-head: bf16 for the MLM head only; auto: bf16 on CUDA where supported and on CPUs "
+        "with AMX, bf16-head on CPUs with AVX512-BF16, else fp32",
     )
     device: str = _f("auto", "auto, cpu, cuda or cuda:N")
     compile: bool = _f(

@@ -28,7 +28,7 @@ from mlmtrain.config import Config, MaskingConfig
 from mlmtrain.errors import UserError
 from mlmtrain.evaluate import autocast_context, eval_mode
 from mlmtrain.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
-from mlmtrain.model import padded_vocab_size
+from mlmtrain.model import head_autocast, padded_vocab_size
 
 GENERATOR_DIR = "generator"  # the generator's folder inside an ELECTRA checkpoint
 # The ELECTRA paper replaces 15 % of the tokens (25 % for its large model). At the fast MLM recipe's 40 %, which the
@@ -168,6 +168,7 @@ class ElectraPretraining(torch.nn.Module):
         self.temperature = cfg.electra.temperature
         self.discriminator_weight = cfg.electra.discriminator_weight
         self.sparse_head = cfg.model.sparse_head
+        self.head_dtype: Optional[torch.dtype] = None  # train.precision bf16-head: autocast for the generator's head
         self.vocab = vocab
         rows = generator.config.vocab_size
         banned = torch.ones(rows, dtype=torch.bool)
@@ -195,10 +196,11 @@ class ElectraPretraining(torch.nn.Module):
         selected = labels != IGNORE_INDEX
         generator = self.generator
         hidden = generator.electra(input_ids, attention_mask=attention_mask).last_hidden_state
-        if self.sparse_head:  # the head (and its H x V decoder) on the selected rows only, as model.MaskedLM does
-            logits = generator.generator_lm_head(generator.generator_predictions(hidden[selected]))
-        else:
-            logits = generator.generator_lm_head(generator.generator_predictions(hidden))[selected]
+        with head_autocast(hidden.device, self.head_dtype):  # train.precision bf16-head, as model.MaskedLM
+            if self.sparse_head:  # the head (and its H x V decoder) on the selected rows only, as MaskedLM does
+                logits = generator.generator_lm_head(generator.generator_predictions(hidden[selected]))
+            else:
+                logits = generator.generator_lm_head(generator.generator_predictions(hidden))[selected]
         targets = labels[selected]
         sampled = sample_tokens(logits, self.temperature, self.banned, sampler)
         corrupted, replaced = discriminator_inputs(input_ids, labels, sampled)

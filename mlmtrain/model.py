@@ -6,6 +6,8 @@ Also the parameter count and the training FLOPs per token used for throughput fi
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +59,13 @@ def build_model(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertForMasked
     return model
 
 
+def head_autocast(device: torch.device, dtype: torch.dtype | None) -> Any:
+    """Autocast for a masked-LM head alone (train.precision bf16-head), or nothing. The head's H x V decoder is
+    about half of a small BERT's training work in a few large matrix products, where bf16 instructions pay for the
+    casts around them; the encoder's many small products do not (docs/benchmarks.md, "bf16 on the CPU")."""
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()
+
+
 class MaskedLM(torch.nn.Module):
     """Wraps a `BertForMaskedLM` so DDP / torch.compile wrap ONE module whose forward does encoder + head + loss.
 
@@ -69,6 +78,7 @@ class MaskedLM(torch.nn.Module):
         super().__init__()
         self.mlm = mlm
         self.sparse_head = sparse_head
+        self.head_dtype: torch.dtype | None = None  # train.precision bf16-head: autocast for the head alone
 
     def forward(
         self, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None
@@ -85,10 +95,12 @@ class MaskedLM(torch.nn.Module):
             # selected rows only. Their positions have a data-dependent count: one host sync on CUDA, shared by
             # the rows and their labels (two boolean indexings would wait twice).
             rows = (labels.flatten() != IGNORE_INDEX).nonzero().squeeze(1)
-            logits = self.mlm.cls(hidden.flatten(0, 1).index_select(0, rows))
+            with head_autocast(hidden.device, self.head_dtype):
+                logits = self.mlm.cls(hidden.flatten(0, 1).index_select(0, rows))
             targets = labels.flatten().index_select(0, rows)
         else:
-            logits = self.mlm.cls(hidden).flatten(0, 1)
+            with head_autocast(hidden.device, self.head_dtype):
+                logits = self.mlm.cls(hidden).flatten(0, 1)
             targets = labels.flatten()
         # With no selected position the sum over an empty set is an exact 0 that still hangs off the graph (through
         # the empty head matmul), so backward runs and every parameter gets a zero gradient, as DDP expects.

@@ -1,7 +1,9 @@
 """Which autocast dtype a run uses (`train.precision`), decided in one place for training, evaluation and the
-benchmark: bf16 on GPUs that support it and on CPUs with bf16 matrix units (Intel AMX), fp32 elsewhere.
+benchmark: bf16 on GPUs that support it and on CPUs with bf16 matrix units (Intel AMX); on x86 CPUs with
+AVX512-BF16 but no AMX, bf16 for the masked-LM head alone (`bf16-head`); fp32 elsewhere.
 
-A CPU without native bf16 arithmetic emulates it (slower than fp32), so an explicit `bf16` there gets a warning.
+A CPU without native bf16 arithmetic emulates it (slower than fp32), so an explicit `bf16` or `bf16-head` there gets
+a warning.
 """
 
 from __future__ import annotations
@@ -13,20 +15,32 @@ from typing import Optional
 
 import torch
 
-DTYPES: dict[str, Optional[torch.dtype]] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
+# the dtype of autocast around the whole forward; bf16-head autocasts only the masked-LM head (HEAD_DTYPES)
+DTYPES: dict[str, Optional[torch.dtype]] = {
+    "bf16": torch.bfloat16,
+    "bf16-head": None,
+    "fp16": torch.float16,
+    "fp32": None,
+}
+HEAD_DTYPES: dict[str, torch.dtype] = {"bf16-head": torch.bfloat16}
 
 
 @dataclass(frozen=True)
 class Precision:
     """The resolved choice: `dtype` for torch.autocast (None: plain fp32), and why, for the start line."""
 
-    name: str  # "bf16", "fp16" or "fp32"
+    name: str  # "bf16", "bf16-head", "fp16" or "fp32"
     reason: str
     warning: Optional[str] = None
 
     @property
     def dtype(self) -> Optional[torch.dtype]:
         return DTYPES[self.name]
+
+    @property
+    def head_dtype(self) -> Optional[torch.dtype]:
+        """Autocast for the masked-LM head alone (None: the head runs as the rest of the model does)."""
+        return HEAD_DTYPES.get(self.name)
 
     def describe(self) -> str:
         return f"{self.name}, {self.reason}"
@@ -45,23 +59,27 @@ def cpu_flags() -> frozenset[str]:
 
 
 def cpu_bf16_support(flags: Optional[frozenset[str]] = None, machine: Optional[str] = None) -> str:
-    """How this CPU does bf16 matrix products: 'amx' (AMX-BF16 tile units), 'native' (bf16 dot-product
-    instructions: AVX512-BF16 on x86, BF16 on ARM) or 'none' (torch emulates bf16, slower than fp32)."""
+    """How this CPU does bf16 matrix products: 'amx' (AMX-BF16 tile units), 'avx512' (AVX512-BF16 dot-product
+    instructions, x86), 'native' (BF16 instructions on ARM) or 'none' (torch emulates bf16, slower than fp32)."""
     flags = cpu_flags() if flags is None else flags
     machine = (platform.machine() if machine is None else machine).lower()
     if "amx_bf16" in flags:
         return "amx"
-    if "avx512_bf16" in flags or (machine in ("aarch64", "arm64") and "bf16" in flags):
+    if "avx512_bf16" in flags:
+        return "avx512"
+    if machine in ("aarch64", "arm64") and "bf16" in flags:
         return "native"
     return "none"
 
 
 def resolve_precision(name: str, device: torch.device, cpu_support: Optional[str] = None) -> Precision:
-    """`train.precision` (auto, bf16, fp16, fp32) on `device` -> the dtype to autocast to, with the reason.
+    """`train.precision` (auto, bf16, bf16-head, fp16, fp32) on `device` -> what to autocast, with the reason.
 
-    auto: bf16 on a CUDA device that supports it; on the CPU, bf16 only with AMX tile units, where a mini
-    training step measured faster in bf16 than in fp32 (with AVX512-BF16 alone the casts around each matrix
-    product cost more than the faster products save, so fp32 stays). `cpu_support` overrides the detection
+    auto: bf16 on a CUDA device that supports it; on the CPU, bf16 with AMX tile units, where a mini training step
+    measured faster in bf16 than in fp32. With AVX512-BF16 alone, autocasting the whole model made the step slower
+    (the casts around each small matrix product cost more than the products save), but the head alone, whose
+    hidden x vocabulary decoder is about half of a small model's work in a few large products, made a mini step
+    about 1.2x faster: bf16-head. ARM's BF16 is unmeasured: fp32 there. `cpu_support` overrides the detection
     (`cpu_bf16_support()`), for tests.
     """
     if name not in ("auto", *DTYPES):
@@ -76,12 +94,14 @@ def resolve_precision(name: str, device: torch.device, cpu_support: Optional[str
     if name == "auto":
         if support == "amx":
             return Precision("bf16", "auto: this CPU has AMX bf16 matrix units")
-        return Precision("fp32", "auto: no AMX bf16 units on this CPU")
-    if name == "bf16" and support == "none":
+        if support == "avx512":
+            return Precision("bf16-head", "auto: AVX512-BF16 without AMX, so bf16 for the MLM head only")
+        return Precision("fp32", "auto: no AMX or AVX512-BF16 on this CPU")
+    if name in ("bf16", "bf16-head") and support == "none":
         return Precision(
-            "bf16",
+            name,
             "train.precision",
-            warning="warning: train.precision is bf16 but this CPU has no native bf16 arithmetic; torch emulates "
+            warning=f"warning: train.precision is {name} but this CPU has no native bf16 arithmetic; torch emulates "
             "it, which is slower than fp32 (set train.precision: auto or fp32)",
         )
     return Precision(name, "train.precision")

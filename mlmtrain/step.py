@@ -171,7 +171,9 @@ def build_parts(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
         torch.manual_seed(cfg.train.seed)  # identical initial weights on every rank
         mlm = build_trained(cfg, vocab)
     mlm.to(device).train()  # from_pretrained hands back a model in eval mode: dropout must be on again
+    precision = resolve_precision(cfg.train.precision, device)
     model = step_module(cfg, mlm)
+    model.head_dtype = precision.head_dtype  # bf16-head: the (generator's) masked-LM head alone in bf16
     if cfg.train.compile:
         model = torch.compile(model)
     if ctx.distributed:
@@ -179,7 +181,6 @@ def build_parts(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
             model, device_ids=[device.index] if device.type == "cuda" else None
         )
     optimizer = build_optimizer(mlm, cfg.optim, device)
-    precision = resolve_precision(cfg.train.precision, device)
     scaler = torch.amp.GradScaler(device.type, enabled=precision.dtype == torch.float16)
     if saved:
         optimizer.load_state_dict(saved["optimizer"])

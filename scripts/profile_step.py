@@ -57,7 +57,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     add("--size", default="mini", help="configs/<size>.yaml (default mini)")
     add("--seq-len", type=int, default=128)
     add("--batch", type=int, default=32, help="sequences per step")
-    add("--precision", default="auto", choices=("auto", "fp32", "bf16"))
+    add("--precision", default="auto", choices=("auto", "fp32", "bf16", "bf16-head"))
     add("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     add("--vocab-size", type=int, default=30522)
     add("--train", default="builtin:python-docs", help="training text (default builtin:python-docs)")

@@ -25,7 +25,9 @@ from mlmtrain.train import pretrain
 from .conftest import tiny_overrides
 
 # Dropout draws differ per rank, so only a dropout-free model can match a single process step for step.
-NO_DROPOUT = {"model.hidden_dropout": 0.0, "model.attention_dropout": 0.0}
+# runs compared across process counts and micro-batch splits: no dropout (its masks follow the tensor shapes) and
+# fp32 (bf16's rounding follows them too; on a CPU with AVX512-BF16, precision auto runs the head in bf16)
+EXACT = {"model.hidden_dropout": 0.0, "model.attention_dropout": 0.0, "train.precision": "fp32"}
 
 
 def torchrun(
@@ -75,7 +77,7 @@ def weights(folder: Path) -> dict[str, torch.Tensor]:
 def two_process_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """10 dropout-free steps on 2 ranks with micro-batch 2 and accumulation 2 (global batch 8); checkpoints at 5, 10."""
     run_dir = tmp_path_factory.mktemp("ddp") / "two"
-    output = finish(torchrun(tiny_data, run_dir, **NO_DROPOUT, **{"train.micro_batch_size": 2}))
+    output = finish(torchrun(tiny_data, run_dir, **EXACT, **{"train.micro_batch_size": 2}))
     return run_dir, output
 
 
@@ -83,7 +85,7 @@ def two_process_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -
 def test_two_processes_match_one_process_with_the_whole_batch(two_process_run, tiny_data: Path, tmp_path) -> None:
     two, output = two_process_run
     assert "2 process(es), global batch 8 x 32 tokens (micro-batch 2, accumulation 2)" in output
-    pretrain(config(tiny_data, tmp_path / "one", **NO_DROPOUT))  # one process: micro-batch 8, no accumulation
+    pretrain(config(tiny_data, tmp_path / "one", **EXACT))  # one process: micro-batch 8, no accumulation
     assert losses(two) == pytest.approx(losses(tmp_path / "one"), rel=1e-5)
     # metrics are the whole job's: the token count covers both ranks' blocks
     assert [m["tokens"] for m in train_lines(two)] == [step * 8 * 32 for step in range(1, 11)]
@@ -93,7 +95,7 @@ def test_two_processes_match_one_process_with_the_whole_batch(two_process_run, t
 def test_a_two_process_checkpoint_resumes_in_one_process(two_process_run, tiny_data: Path, tmp_path) -> None:
     two, _ = two_process_run
     # 1 process x micro-batch 8 takes each global batch in one bite where the 2 ranks took two (accumulation 2)
-    resumed = pretrain(config(tiny_data, tmp_path / "one", **NO_DROPOUT), resume=str(two / "checkpoints" / "step-5"))
+    resumed = pretrain(config(tiny_data, tmp_path / "one", **EXACT), resume=str(two / "checkpoints" / "step-5"))
     assert resumed.name == "step-10"
     assert losses(tmp_path / "one") == pytest.approx(losses(two, first=6), rel=1e-5)
 
@@ -103,7 +105,7 @@ def test_a_refusal_on_rank_0_stops_every_rank(two_process_run, tiny_data: Path, 
     two, _ = two_process_run
     started = time.monotonic()
     # rank 0 alone guards the run folder; without --resume it refuses, and rank 1 must not wait for it in vain
-    output = finish(torchrun(tiny_data, two, log_dir=tmp_path / "logs", **NO_DROPOUT), expect_ok=False)
+    output = finish(torchrun(tiny_data, two, log_dir=tmp_path / "logs", **EXACT), expect_ok=False)
     assert time.monotonic() - started < 60, output[-4000:]
     for rank in ("0", "1"):
         (log,) = [p for p in (tmp_path / "logs").rglob("stderr.log") if p.parent.name == rank]
@@ -155,7 +157,7 @@ def test_ranks_share_rank_0s_clock_for_max_time_and_the_schedule(tiny_data: Path
     script = tmp_path / "late_rank.py"
     script.write_text(LATE_RANK_SCRIPT)
     settings = {"train.max_steps": None, "train.max_time": "4s", "train.eval_every": 0, "checkpoint.save_every": 0}
-    overrides = tiny_overrides(tiny_data, **{"train.run_dir": tmp_path / "run", **settings, **NO_DROPOUT})
+    overrides = tiny_overrides(tiny_data, **{"train.run_dir": tmp_path / "run", **settings, **EXACT})
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MLMTRAIN_DIST_TIMEOUT": "60"}
     done = subprocess.run([*command, str(tmp_path), *overrides], env=env, capture_output=True, text=True, timeout=180)

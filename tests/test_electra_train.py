@@ -92,7 +92,15 @@ def test_paused_and_resumed_run_equals_an_uninterrupted_one(electra_run: Path, t
 def test_a_compiled_run_trains_as_the_eager_one(tiny_data: Path, tmp_path: Path) -> None:
     """train.compile with ELECTRA. Before: the generator's sampling, sized by the selected rows, broke tracing at the
     first step with a changed row count (a fake-tensor error in torch.rand), so a compiled ELECTRA run crashed."""
-    short = {"model.dropout": 0.0, "train.max_steps": 6, "train.eval_every": 3, "checkpoint.save_every": 0}
+    # fp32: under precision auto a CPU with AVX512-BF16 runs the generator's head in bf16, whose rounding the
+    # compiled kernels do not reproduce to 1e-4
+    short = {
+        "model.dropout": 0.0,
+        "train.precision": "fp32",
+        "train.max_steps": 6,
+        "train.eval_every": 3,
+        "checkpoint.save_every": 0,
+    }
     pretrain(electra_config(tiny_data, tmp_path / "eager", **short))
     pretrain(electra_config(tiny_data, tmp_path / "compiled", **short, **{"train.compile": True}))
     eager, compiled = metrics(tmp_path / "eager"), metrics(tmp_path / "compiled")

@@ -1,8 +1,10 @@
 """Precision: what `train.precision` resolves to on which processor, and that a run really trains in bf16 on a
-CPU when it says so (the auto case only where this CPU has AMX bf16 units; skipped elsewhere)."""
+CPU when it says so (the auto case only where this CPU has AMX bf16 units; skipped elsewhere), and in bf16 for the
+masked-LM head alone with bf16-head, learning as fp32 does."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -16,13 +18,14 @@ from mlmtrain.train import pretrain
 
 CPU = torch.device("cpu")
 HAS_AMX = cpu_bf16_support() == "amx"
+AUTO = {"amx": "bf16", "avx512": "bf16-head"}.get(cpu_bf16_support(), "fp32")  # what auto picks on this CPU
 
 
 @pytest.mark.parametrize(
     ("flags", "machine", "support"),
     [
         ({"avx512f", "avx512_bf16", "amx_tile", "amx_bf16"}, "x86_64", "amx"),
-        ({"avx512f", "avx512_bf16"}, "x86_64", "native"),
+        ({"avx512f", "avx512_bf16"}, "x86_64", "avx512"),
         ({"avx512f", "avx2"}, "x86_64", "none"),
         ({"fp", "asimd", "sve", "bf16"}, "aarch64", "native"),
         ({"fp", "asimd"}, "aarch64", "none"),
@@ -37,7 +40,9 @@ def test_cpu_bf16_support_reads_the_feature_flags(flags: set[str], machine: str,
     ("name", "support", "dtype", "warns"),
     [
         ("auto", "amx", torch.bfloat16, False),
-        ("auto", "native", None, False),  # AVX512-BF16 alone: the casts cost more than the products save
+        ("auto", "avx512", None, False),  # AVX512-BF16 alone: only the head's products pay for their casts
+        ("auto", "native", None, False),  # ARM BF16: unmeasured
+        ("bf16-head", "none", None, True),
         ("auto", "none", None, False),
         ("bf16", "amx", torch.bfloat16, False),
         ("bf16", "native", torch.bfloat16, False),
@@ -49,20 +54,25 @@ def test_cpu_precision_choice(name: str, support: str, dtype: torch.dtype | None
     precision = resolve_precision(name, CPU, cpu_support=support)
     assert precision.dtype == dtype
     assert (precision.warning is not None) == warns
-    assert precision.describe().startswith("bf16" if dtype is not None else "fp32")
+    head = (name, support) in (("auto", "avx512"), ("bf16-head", "none"))
+    assert precision.head_dtype == (torch.bfloat16 if head else None)
+    assert precision.describe().startswith("bf16-head" if head else "bf16" if dtype is not None else "fp32")
     if warns:
         assert "train.precision: auto or fp32" in precision.warning
 
 
-def _linear_output_dtypes(tiny_config, precision: str, tmp_path: Path) -> tuple[str, set[torch.dtype]]:
-    """The resolved precision of a tiny run and the dtypes its Linear layers produced in one real training step."""
+def _linear_output_dtypes(
+    tiny_config, precision: str, tmp_path: Path, within: str = ""
+) -> tuple[str, set[torch.dtype]]:
+    """The resolved precision of a tiny run and the dtypes its Linear layers (those whose name starts with `within`)
+    produced in one real training step."""
     cfg = tiny_config(**{"train.precision": precision, "train.run_dir": str(tmp_path / precision)})
     parts = build_parts(cfg, DistContext(device=CPU))
     seen: set[torch.dtype] = set()
     hooks = [
         module.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
-        for module in parts.mlm.modules()
-        if isinstance(module, torch.nn.Linear)
+        for name, module in parts.mlm.named_modules()
+        if isinstance(module, torch.nn.Linear) and name.startswith(within)
     ]
     try:
         result = train_step(parts, [next(parts.batches)], clock=time.perf_counter)
@@ -80,6 +90,27 @@ def test_explicit_bf16_trains_in_bf16_on_any_cpu(tiny_config, tmp_path: Path) ->
     assert (name, seen) == ("fp32", {torch.float32})
 
 
+def test_bf16_head_runs_the_head_alone_in_bf16(tiny_config, tmp_path: Path) -> None:
+    assert _linear_output_dtypes(tiny_config, "bf16-head", tmp_path, within="cls.") == ("bf16-head", {torch.bfloat16})
+    assert _linear_output_dtypes(tiny_config, "bf16-head", tmp_path, within="bert.") == ("bf16-head", {torch.float32})
+
+
+def test_bf16_head_learns_as_fp32_does(tiny_config, tmp_path: Path) -> None:
+    """Same seed, same steps: the training losses and the (fp32) validation perplexity stay within 1 % of fp32's."""
+    runs = {}
+    for name in ("fp32", "bf16-head"):
+        run_dir = tmp_path / name
+        cfg = tiny_config(**{"train.precision": name, "train.run_dir": str(run_dir), "train.max_steps": 30})
+        pretrain(cfg)
+        runs[name] = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    fp32, head = runs["fp32"], runs["bf16-head"]
+    assert [m["step"] for m in fp32] == [m["step"] for m in head]
+    for a, b in zip(fp32, head, strict=True):
+        key = "loss" if "loss" in a else "eval_ppl"
+        assert b[key] == pytest.approx(a[key], rel=0.01), (a["step"], key)
+    assert [m.get("loss") for m in fp32] != [m.get("loss") for m in head]  # the head really ran in bf16
+
+
 @pytest.mark.skipif(not HAS_AMX, reason="this CPU has no AMX bf16 units: precision auto stays fp32 here")
 def test_auto_picks_bf16_on_a_cpu_with_amx(tiny_config, tmp_path: Path) -> None:
     name, seen = _linear_output_dtypes(tiny_config, "auto", tmp_path)
@@ -89,5 +120,9 @@ def test_auto_picks_bf16_on_a_cpu_with_amx(tiny_config, tmp_path: Path) -> None:
 def test_the_start_line_says_which_precision_and_why(tiny_config, capsys: pytest.CaptureFixture) -> None:
     pretrain(tiny_config(**{"train.precision": "auto", "train.max_steps": 1, "train.eval_every": 0}))
     start = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("pretrain:"))
-    expected = "(bf16, auto: this CPU has AMX" if HAS_AMX else "(fp32, auto: no AMX bf16 units on this CPU)"
+    expected = {
+        "bf16": "(bf16, auto: this CPU has AMX",
+        "bf16-head": "(bf16-head, auto: AVX512-BF16 without AMX, so bf16 for the MLM head only)",
+        "fp32": "(fp32, auto: no AMX or AVX512-BF16 on this CPU)",
+    }[AUTO]
     assert expected in start
