@@ -278,7 +278,7 @@ class TrainConfig:
     precision: Literal["auto", "bf16", "bf16-head", "fp16", "fp32"] = _f(
         "auto",
         "autocast precision; bf16-head: bf16 for the MLM head only; auto: bf16 on CUDA where supported and on CPUs "
-        "with AMX, bf16-head on CPUs with AVX512-BF16, else fp32",
+        "with AMX, bf16-head on AMD CPUs with AVX512-BF16, else fp32",
     )
     device: str = _f("auto", "auto, cpu, cuda or cuda:N")
     compile: bool = _f(

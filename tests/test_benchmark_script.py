@@ -11,9 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+from mlmtrain.precision import cpu_bf16_support, resolve_precision
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "benchmark.py"
+HAS_AVX512_BF16_ONLY = cpu_bf16_support() == "avx512"  # no AMX: the precision section tries bf16-head
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +160,9 @@ def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
     assert tuned["target_ppl"] == min(point["eval_ppl"] for point in tuned["hf"]["evals"])
     assert tuned["hf"]["seconds_to_target"] is not None
     precision = report["precision"]
-    assert precision["other"] in ("bf16", "bf16-head")  # bf16-head where precision auto picks it (AVX512-BF16)
+    assert precision["other"] in ("bf16", "bf16-head")  # bf16-head on a CPU with AVX512-BF16 and no AMX
+    assert precision["auto"] == resolve_precision("auto", torch.device("cpu")).name  # whose choice it checks
+    assert (precision["other"] == "bf16-head") == (precision["auto"] == "bf16-head" or HAS_AVX512_BF16_ONLY)
     assert set(precision["tokens_per_s"]) == {"fp32", precision["other"]} and precision["speedup"] > 0
     assert precision["same_step"]["step"] == precision["steps"]  # the last step, evaluated on both
     assert precision["same_step"]["bf16_ppl"] != precision["same_step"]["fp32_ppl"]  # two real runs
@@ -172,8 +178,10 @@ def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
     assert figures == [
         "time to the tuned HF recipe's ppl: ours / HF",
         "bf16 vs fp32 ppl at the same step: |ratio - 1|",
-        "bf16 / fp32 tokens/s",
+        f"{precision['other']} / fp32 tokens/s (auto picks {precision['auto']})",
     ]
+    speed = report["verdicts"][-1]  # fp32 chosen: right when the other was slower; bf16 chosen: when it was faster
+    assert speed["comparison"] == ("<=" if precision["auto"] == "fp32" else ">=")
     markdown = (out / next(out.glob("benchmark-*.md")).name).read_text()
     assert "Recipes at equal wall time" in markdown and f"{precision['other']} against fp32" in markdown
 

@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from mlmtrain.distributed import DistContext
-from mlmtrain.precision import cpu_bf16_support, resolve_precision
+from mlmtrain.precision import cpu_bf16_support, cpu_vendor, resolve_precision
 from mlmtrain.step import build_parts, train_step
 from mlmtrain.train import pretrain
 
 CPU = torch.device("cpu")
 HAS_AMX = cpu_bf16_support() == "amx"
-AUTO = {"amx": "bf16", "avx512": "bf16-head"}.get(cpu_bf16_support(), "fp32")  # what auto picks on this CPU
+AUTO = resolve_precision("auto", torch.device("cpu")).name  # what auto picks on this CPU
 
 
 @pytest.mark.parametrize(
@@ -36,25 +36,41 @@ def test_cpu_bf16_support_reads_the_feature_flags(flags: set[str], machine: str,
     assert cpu_bf16_support(frozenset(flags), machine) == support
 
 
+def test_cpu_vendor_and_flags_come_from_cpuinfo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import mlmtrain.precision as precision
+
+    fake = tmp_path / "cpuinfo"
+    fake.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu avx512f avx512_bf16\n\n")
+    monkeypatch.setattr(precision, "Path", lambda _: fake)
+    assert (cpu_vendor(), cpu_bf16_support(machine="x86_64")) == ("AuthenticAMD", "avx512")
+    monkeypatch.setattr(precision, "Path", lambda _: tmp_path / "missing")  # not Linux: nothing known
+    assert (cpu_vendor(), cpu_bf16_support(machine="x86_64")) == ("", "none")
+
+
 @pytest.mark.parametrize(
-    ("name", "support", "dtype", "warns"),
+    ("name", "support", "vendor", "dtype", "head", "warns"),
     [
-        ("auto", "amx", torch.bfloat16, False),
-        ("auto", "avx512", None, False),  # AVX512-BF16 alone: only the head's products pay for their casts
-        ("auto", "native", None, False),  # ARM BF16: unmeasured
-        ("bf16-head", "none", None, True),
-        ("auto", "none", None, False),
-        ("bf16", "amx", torch.bfloat16, False),
-        ("bf16", "native", torch.bfloat16, False),
-        ("bf16", "none", torch.bfloat16, True),  # emulated: honoured, but the user hears it is slower
-        ("fp32", "amx", None, False),
+        ("auto", "amx", "GenuineIntel", torch.bfloat16, False, False),
+        # AVX512-BF16 alone on AMD: only the head's products pay for their casts
+        ("auto", "avx512", "AuthenticAMD", None, True, False),
+        ("auto", "avx512", "GenuineIntel", None, False, False),  # Intel without AMX: bf16 products ran slower
+        ("auto", "avx512", "", None, False, False),  # vendor unknown: unmeasured, fp32
+        ("auto", "native", "", None, False, False),  # ARM BF16: unmeasured
+        ("bf16-head", "none", "GenuineIntel", None, True, True),
+        ("bf16-head", "avx512", "GenuineIntel", None, True, False),  # asked for: honoured, native bf16
+        ("auto", "none", "AuthenticAMD", None, False, False),
+        ("bf16", "amx", "GenuineIntel", torch.bfloat16, False, False),
+        ("bf16", "native", "", torch.bfloat16, False, False),
+        ("bf16", "none", "AuthenticAMD", torch.bfloat16, False, True),  # emulated: honoured, but the user hears
+        ("fp32", "amx", "GenuineIntel", None, False, False),
     ],
 )
-def test_cpu_precision_choice(name: str, support: str, dtype: torch.dtype | None, warns: bool) -> None:
-    precision = resolve_precision(name, CPU, cpu_support=support)
+def test_cpu_precision_choice(
+    name: str, support: str, vendor: str, dtype: torch.dtype | None, head: bool, warns: bool
+) -> None:
+    precision = resolve_precision(name, CPU, cpu_support=support, vendor=vendor)
     assert precision.dtype == dtype
     assert (precision.warning is not None) == warns
-    head = (name, support) in (("auto", "avx512"), ("bf16-head", "none"))
     assert precision.head_dtype == (torch.bfloat16 if head else None)
     assert precision.describe().startswith("bf16-head" if head else "bf16" if dtype is not None else "fp32")
     if warns:
@@ -111,7 +127,7 @@ def test_bf16_head_learns_as_fp32_does(tiny_config, tmp_path: Path) -> None:
     assert [m.get("loss") for m in fp32] != [m.get("loss") for m in head]  # the head really ran in bf16
 
 
-@pytest.mark.skipif(not HAS_AMX, reason="this CPU has no AMX bf16 units: precision auto stays fp32 here")
+@pytest.mark.skipif(not HAS_AMX, reason="this CPU has no AMX bf16 units: precision auto picks no whole-model bf16")
 def test_auto_picks_bf16_on_a_cpu_with_amx(tiny_config, tmp_path: Path) -> None:
     name, seen = _linear_output_dtypes(tiny_config, "auto", tmp_path)
     assert (name, seen) == ("bf16", {torch.bfloat16})
@@ -122,7 +138,9 @@ def test_the_start_line_says_which_precision_and_why(tiny_config, capsys: pytest
     start = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("pretrain:"))
     expected = {
         "bf16": "(bf16, auto: this CPU has AMX",
-        "bf16-head": "(bf16-head, auto: AVX512-BF16 without AMX, so bf16 for the MLM head only)",
-        "fp32": "(fp32, auto: no AMX or AVX512-BF16 on this CPU)",
+        "bf16-head": "(bf16-head, auto: an AMD CPU with AVX512-BF16, so bf16 for the MLM head only)",
+        "fp32": "(fp32, auto: AVX512-BF16 without AMX, measured slower than fp32 on Intel CPUs)"
+        if cpu_bf16_support() == "avx512"
+        else "(fp32, auto: no AMX or AVX512-BF16 on this CPU)",
     }[AUTO]
     assert expected in start
