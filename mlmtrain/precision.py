@@ -47,7 +47,7 @@ class Precision:
         return f"{self.name}, {self.reason}"
 
 
-def _cpuinfo_field(*names: str) -> Optional[str]:
+def cpuinfo_field(*names: str) -> Optional[str]:
     """The first /proc/cpuinfo line's value for one of `names` (None where there is no such file or line)."""
     try:
         text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
@@ -61,12 +61,12 @@ def _cpuinfo_field(*names: str) -> Optional[str]:
 
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags as Linux lists them in /proc/cpuinfo (empty elsewhere: then we know nothing)."""
-    return frozenset((_cpuinfo_field("flags", "Features") or "").split())  # x86 says flags, ARM says Features
+    return frozenset((cpuinfo_field("flags", "Features") or "").split())  # x86 says flags, ARM says Features
 
 
 def cpu_vendor() -> str:
     """The x86 vendor string of /proc/cpuinfo ('AuthenticAMD', 'GenuineIntel'), '' where unknown."""
-    return _cpuinfo_field("vendor_id") or ""
+    return cpuinfo_field("vendor_id") or ""
 
 
 def cpu_bf16_support(flags: Optional[frozenset[str]] = None, machine: Optional[str] = None) -> str:

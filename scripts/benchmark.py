@@ -66,7 +66,7 @@ from mlmtrain.evaluate import evaluate_blocks
 from mlmtrain.masking import VocabInfo, evaluation_masking
 from mlmtrain.model import H200_DENSE_BF16_TFLOPS, build_model, flops_per_token
 from mlmtrain.optim import build_optimizer, learning_rate
-from mlmtrain.precision import cpu_bf16_support, cpu_vendor, resolve_precision
+from mlmtrain.precision import cpu_bf16_support, cpu_vendor, cpuinfo_field, resolve_precision
 from mlmtrain.progress import say
 from mlmtrain.step import build_parts, train_step
 from mlmtrain.tokenizer import load_tokenizer
@@ -1171,7 +1171,7 @@ def verdicts(results: dict[str, Any], device_type: str) -> list[Verdict]:
         drift = abs(same["bf16_ppl"] / same["fp32_ppl"] - 1) if same else None
         out.append(Verdict("bf16 vs fp32 ppl at the same step: |ratio - 1|", drift, "<=", targets["bf16_ppl_drift"]))
         # auto's choice is right when the precision it picked is the faster one
-        other, auto = precision.get("other", "bf16"), precision.get("auto", "bf16")
+        other, auto = precision["other"], precision["auto"]
         figure = f"{other} / fp32 tokens/s (auto picks {auto})"
         out.append(Verdict(figure, precision["speedup"], "<=" if auto == "fp32" else ">=", 1.0))
     return out
@@ -1342,7 +1342,7 @@ def _race_lines(race: dict[str, Any], title: str) -> list[str]:
 
 
 def _precision_lines(precision: dict[str, Any]) -> list[str]:
-    other = precision.get("other", "bf16")
+    other = precision["other"]
     other_by_step = {point["step"]: point["eval_ppl"] for point in precision["evals"][other]}
     rows = [
         [str(p["step"]), f"{p['eval_ppl']:.2f}", _number(other_by_step.get(p["step"]), 2)]
@@ -1378,14 +1378,7 @@ def _recipes_lines(recipes: dict[str, Any]) -> list[str]:
 
 
 def machine(device: str) -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpuinfo_field("model name") or platform.processor() or platform.machine()
     versions = {}
     for name in ("torch", "transformers", "tokenizers", "datasets", "accelerate"):
         try:

@@ -124,7 +124,7 @@ def attention_kernel(changes: list[str]) -> tuple[list[str], Any]:
 
 def attention_name(figures: dict[str, Any]) -> str:
     """The attention kernels a variant ran, by the backend names of sdpa=: e.g. "cudnn", "flash", "math"."""
-    names = {name for op in figures["attention_ops"] for name in ("flash", "cudnn", "efficient", "math") if name in op}
+    names = {name for op in figures["attention_ops"] for name in SDPA_BACKENDS if name in op}
     return "+".join(sorted(names)) or "-"
 
 

@@ -116,13 +116,18 @@ def test_profile_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
     assert json.loads((out / "trace.json").read_text())["traceEvents"]
 
 
-def test_profile_script_compares_variants_in_one_process(tmp_path: Path) -> None:
+def _profile_variants(tmp_path: Path, *variants: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """profile_step.py --quick with each of `variants` as a --variant: its run and the rows of variants.json."""
     out = tmp_path / "profile"
     script = REPO / "scripts" / "profile_step.py"
-    variants = ["--variant", "", "--variant", "model.dropout=0,train.batch_size=4"]
     work = ["--work-dir", str(tmp_path / "work"), "--out", str(out)]
-    done = _run([sys.executable, str(script), "--quick", *work, *variants, "--top", "2"])
-    rows = json.loads((out / "variants.json").read_text())
+    flags = [flag for variant in variants for flag in ("--variant", variant)]
+    done = _run([sys.executable, str(script), "--quick", *work, *flags, "--top", "2"])
+    return done, json.loads((out / "variants.json").read_text())
+
+
+def test_profile_script_compares_variants_in_one_process(tmp_path: Path) -> None:
+    done, rows = _profile_variants(tmp_path, "", "model.dropout=0,train.batch_size=4")
     assert [row["settings"] for row in rows] == ["no --set", "model.dropout=0, train.batch_size=4"]
     # batch 8 then 4 sequences of 32 tokens: each row's tokens/s is its own batch over its own step time
     assert [round(row["tokens_per_s"] * row["step_ms"] / 1e3) for row in rows] == [8 * 32, 4 * 32]
@@ -131,12 +136,7 @@ def test_profile_script_compares_variants_in_one_process(tmp_path: Path) -> None
 
 def test_profile_script_pins_the_attention_kernel_and_reports_it(tmp_path: Path) -> None:
     """sdpa=BACKEND runs the variant's steps with that attention kernel, and each row names the kernel that ran."""
-    out = tmp_path / "profile"
-    script = REPO / "scripts" / "profile_step.py"
-    variants = ["--variant", "sdpa=math", "--variant", "sdpa=flash"]
-    work = ["--work-dir", str(tmp_path / "work"), "--out", str(out)]
-    done = _run([sys.executable, str(script), "--quick", *work, *variants, "--top", "2"])
-    math, flash = json.loads((out / "variants.json").read_text())
+    done, (math, flash) = _profile_variants(tmp_path, "sdpa=math", "sdpa=flash")
     assert (math["settings"], flash["settings"]) == ("sdpa=math", "sdpa=flash")
     assert any("math" in op for op in math["attention_ops"]), math["attention_ops"]
     assert not any("flash" in op for op in math["attention_ops"]), math["attention_ops"]
