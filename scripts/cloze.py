@@ -13,6 +13,7 @@ checkpoint is scored through its generator, as fill-mask does.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from dataclasses import dataclass
@@ -71,7 +72,10 @@ def report(folder: Path, answers: list[Answer], top_k: int) -> str:
         rank = f"{a.rank:>5}" if a.rank else "    -"
         lines.append(f"{rank}  {a.probability:.4f}  {a.answer:<10} {' '.join(a.top):<32} {a.sentence}")
     hits = sum(1 <= a.rank <= top_k for a in answers)
-    lines.append(f"in the top {top_k}: {hits} of {len(answers)}")
+    # smoother than the hits for comparing recipes: how much probability the model puts on the right words
+    ranked = [math.log(a.probability) for a in answers if a.rank]
+    mean = f"{sum(ranked) / len(ranked):.2f}" if ranked else "n/a"
+    lines.append(f"in the top {top_k}: {hits} of {len(answers)}; mean log-probability of the answers: {mean}")
     return "\n".join(lines)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from pathlib import Path
 
@@ -90,10 +91,12 @@ def test_ranks_and_hits_agree_with_fill_mask(cloze, model_dir: Path, tmp_path: P
     assert rows[0][3 : 3 + k] == [word for _, _, word in ranked[0][:k]]
     assert rows[1][:3] == [str(far[0]), f"{far[1]:.4f}", far[2]]
     assert rows[2][:3] == ["-", "0.0000", "zqxjv"]  # not one token of the vocabulary: no rank
-    assert out[4] == f"in the top {k}: 1 of 3"
+    summary, mean = out[4].split("; mean log-probability of the answers: ")
+    assert summary == f"in the top {k}: 1 of 3"  # the answer that is no token counts as a miss, not in the mean
+    assert float(mean) == pytest.approx((math.log(near[1]) + math.log(far[1])) / 2, abs=0.05)
 
     assert cloze.main([str(model_dir), "--readme", str(readme), "--top-k", str(far[0])]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == f"in the top {far[0]}: 2 of 3"
+    assert capsys.readouterr().out.splitlines()[-1].startswith(f"in the top {far[0]}: 2 of 3; ")
 
 
 def test_a_folder_that_is_no_model_is_one_line_exit_2(cloze, tmp_path: Path, capsys) -> None:
