@@ -48,8 +48,7 @@ class Answer:
 
 def score(folder: Path, cloze: list[tuple[str, str]], top_k: int) -> list[Answer]:
     """Each sentence's answer ranked among the model's predictions for its one [MASK]."""
-    model, tokenizer = load_masked_lm(_masked_lm_folder(folder))
-    model.eval()
+    model, tokenizer = load_masked_lm(_masked_lm_folder(folder))  # in eval mode
     answers = []
     for sentence, answer in cloze:
         encoded = tokenizer(sentence.replace("[MASK]", tokenizer.mask_token), return_tensors="pt")

@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from mlmtrain.config import Config, load_config
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+@contextmanager
+def script_module(filename: str, module_name: str) -> Iterator[ModuleType]:
+    """scripts/FILENAME as a module named `module_name` (scripts are not a package), registered in sys.modules while
+    in use (dataclasses look their module up there) and removed after."""
+    spec = importlib.util.spec_from_file_location(module_name, SCRIPTS / filename)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[module_name]
+
 
 WORDS = (
     "the quick brown fox jumps over a lazy dog while seven wizards quietly hex bold jackdaws near "

@@ -3,26 +3,24 @@ and prints both targets' verdicts and the command line (the speed targets themse
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_data.py"
+from .conftest import script_module
 
 
-def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_data", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def bench():
+    """scripts/bench_data.py as a module."""
+    with script_module("bench_data.py", "bench_data") as module:
+        yield module
 
 
 @pytest.mark.slow
-def test_quick_bench_reports_positive_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_quick_bench_reports_positive_figures(bench, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import torch
 
-    bench = load_bench()
     threads = torch.get_num_threads()
     argv = ["--quick", "--corpus", "builtin:python-docs", "--work-dir", str(tmp_path / "work"), "--train-threads", "1"]
     try:
@@ -51,8 +49,7 @@ def test_quick_bench_reports_positive_figures(tmp_path: Path, capsys: pytest.Cap
     assert f"command: python scripts/bench_data.py {' '.join(argv)}" in out
 
 
-def test_sections_option_is_checked() -> None:
-    bench = load_bench()
+def test_sections_option_is_checked(bench) -> None:
     assert bench.parse_args(["--sections", "pipeline"]).sections == ["pipeline"]
     with pytest.raises(SystemExit):
         bench.parse_args(["--sections", "collator,bogus"])

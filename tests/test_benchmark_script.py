@@ -15,6 +15,8 @@ import torch
 
 from mlmtrain.precision import cpu_bf16_support, resolve_precision
 
+from .conftest import script_module
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "benchmark.py"
 HAS_AVX512_BF16_ONLY = cpu_bf16_support() == "avx512"  # no AMX: the precision section tries bf16-head
@@ -22,15 +24,9 @@ HAS_AVX512_BF16_ONLY = cpu_bf16_support() == "avx512"  # no AMX: the precision s
 
 @pytest.fixture(scope="module")
 def bench():
-    """scripts/benchmark.py as a module (scripts are not a package)."""
-    spec = importlib.util.spec_from_file_location("benchmark_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
+    """scripts/benchmark.py as a module."""
+    with script_module("benchmark.py", "benchmark_script") as module:
         yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 def test_steady_rate_counts_from_the_end_of_warm_up(bench) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,23 +14,16 @@ from mlmtrain.corpus import open_corpus
 from mlmtrain.model import build_model
 from mlmtrain.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 
+from .conftest import script_module
+
 REPO = Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "scripts" / "cloze.py"
-
-
-def load_script():
-    """scripts/cloze.py as a module (scripts are not a package)."""
-    spec = importlib.util.spec_from_file_location("cloze_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def cloze():
-    yield load_script()
-    del sys.modules["cloze_script"]
+    """scripts/cloze.py as a module."""
+    with script_module("cloze.py", "cloze_script") as module:
+        yield module
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from .conftest import script_module
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -75,9 +76,9 @@ def test_quickstart_end_to_end(tmp_path: Path) -> None:
 
 
 def readme_cloze() -> list[tuple[str, str]]:
-    """(sentence, answer) rows of the README's cloze table, the quick start's promise."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    return re.findall(r"^\| (.*\[MASK\].*) \| (\w+) \|$", text, flags=re.MULTILINE)
+    """(sentence, answer) rows of the README's cloze table, the quick start's promise, as scripts/cloze.py reads it."""
+    with script_module("cloze.py", "cloze_script") as cloze:
+        return cloze.readme_cloze(REPO / "README.md")
 
 
 def top_words(fill_mask_stdout: str) -> dict[str, list[str]]:
