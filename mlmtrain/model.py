@@ -15,6 +15,7 @@ from transformers import BertConfig, BertForMaskedLM
 
 from mlmtrain.config import ModelConfig
 from mlmtrain.errors import UserError
+from mlmtrain.fused_head import decoder_cross_entropy, fused_head_applies
 from mlmtrain.masking import IGNORE_INDEX
 
 
@@ -66,6 +67,11 @@ def head_autocast(device: torch.device, dtype: torch.dtype | None) -> Any:
     return torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()
 
 
+# Under train.compile the fused head runs eagerly (a graph break): its chunk loop and in-place gradients are already
+# what inductor would make of the separate operators, and an autograd.Function with out= writes traces poorly.
+_fused_decoder_loss = torch.compiler.disable(decoder_cross_entropy)
+
+
 class MaskedLM(torch.nn.Module):
     """Wraps a `BertForMaskedLM` so DDP / torch.compile wrap ONE module whose forward does encoder + head + loss.
 
@@ -95,9 +101,13 @@ class MaskedLM(torch.nn.Module):
             # selected rows only. Their positions have a data-dependent count: one host sync on CUDA, shared by
             # the rows and their labels (two boolean indexings would wait twice).
             rows = (labels.flatten() != IGNORE_INDEX).nonzero().squeeze(1)
+            selected, targets = hidden.flatten(0, 1).index_select(0, rows), labels.flatten().index_select(0, rows)
+            head = self.mlm.cls.predictions
+            if self.head_dtype is None and fused_head_applies(selected, head.decoder.weight):
+                # float32 on the CPU: decoder and loss chunk by chunk, without the N x V logits (fused_head.py)
+                return _fused_decoder_loss(head.transform(selected), head.decoder.weight, head.decoder.bias, targets)
             with head_autocast(hidden.device, self.head_dtype):
-                logits = self.mlm.cls(hidden.flatten(0, 1).index_select(0, rows))
-            targets = labels.flatten().index_select(0, rows)
+                logits = self.mlm.cls(selected)
         else:
             with head_autocast(hidden.device, self.head_dtype):
                 logits = self.mlm.cls(hidden).flatten(0, 1)
