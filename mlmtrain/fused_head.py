@@ -3,8 +3,8 @@
 Run as separate operators, the decoder writes an N x V logits matrix (1,638 x 30,522 floats, 200 MB, for mini's
 40 % of a 32 x 128 batch), and log-softmax, the loss's backward and their gradients each read and write another
 matrix of that size. On a CPU those passes over memory cost more than the three matrix products they surround
-(docs/benchmarks.md, "The head's loss in one pass"). Here each chunk of rows goes through the decoder, the softmax
-and both gradient products while it is still in cache, in one reused buffer, and the full logits never exist.
+(docs/benchmarks.md, "CPU: the head's loss in one pass"). Here each chunk of rows goes through the decoder, the
+softmax and both gradient products while it is still in cache, in one reused buffer, and the full logits never exist.
 
 The loss is a sum over the rows, so its gradients are known in the forward pass up to the scalar that backward
 brings (the loop's 1 / selected tokens): forward computes them, backward scales them. Nothing is recomputed.
