@@ -103,11 +103,13 @@ class MaskedLM(torch.nn.Module):
             rows = (labels.flatten() != IGNORE_INDEX).nonzero().squeeze(1)
             selected, targets = hidden.flatten(0, 1).index_select(0, rows), labels.flatten().index_select(0, rows)
             head = self.mlm.cls.predictions
-            if self.head_dtype is None and fused_head_applies(selected, head.decoder.weight):
-                # float32 on the CPU: decoder and loss chunk by chunk, without the N x V logits (fused_head.py)
-                return _fused_decoder_loss(head.transform(selected), head.decoder.weight, head.decoder.bias, targets)
             with head_autocast(hidden.device, self.head_dtype):
-                logits = self.mlm.cls(selected)
+                transformed = head.transform(selected)
+                if fused_head_applies(transformed, head.decoder.weight):
+                    # training on the CPU (float32 or bf16): decoder and loss chunk by chunk, without the N x V
+                    # logits (fused_head.py)
+                    return _fused_decoder_loss(transformed, head.decoder.weight, head.decoder.bias, targets)
+                logits = head.decoder(transformed)
         else:
             with head_autocast(hidden.device, self.head_dtype):
                 logits = self.mlm.cls(hidden).flatten(0, 1)
