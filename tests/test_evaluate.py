@@ -26,6 +26,7 @@ from mlmtrain.corpus import open_corpus
 from mlmtrain.evaluate import PackedBlocks, evaluate_texts
 from mlmtrain.masking import MaskingCollator, VocabInfo
 from mlmtrain.model import MaskedLM, build_model
+from mlmtrain.precision import resolve_precision
 from mlmtrain.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 
 CPU = torch.device("cpu")
@@ -189,7 +190,9 @@ def test_json_via_the_command_line_matches_the_library(tiny):
     report = json.loads(done.stdout)
     assert {"perplexity", "loss", "accuracy", "tokens", "masked_tokens", "ci95", "seconds"} <= set(report)
     texts = text.read_text().splitlines()
-    expected = evaluate_texts(mlm, tokenizer, texts, 32, MaskingConfig(), 1234, 4, CPU, max_blocks=20)
+    # the command autocasts as precision auto does (bf16 on a CPU with AMX): so does the library call it must equal
+    autocast_dtype = resolve_precision("auto", CPU).dtype
+    expected = evaluate_texts(mlm, tokenizer, texts, 32, MaskingConfig(), 1234, 4, CPU, autocast_dtype, max_blocks=20)
     assert report["perplexity"] == expected.perplexity  # to the last digit, in another process
     assert report["masked_tokens"] == expected.masked_tokens
     assert report["tokens"] == 20 * 32
