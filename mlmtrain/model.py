@@ -11,7 +11,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import BertConfig, BertForMaskedLM
+from transformers import AttentionInterface, BertConfig, BertForMaskedLM, PreTrainedModel
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from mlmtrain.config import ModelConfig
 from mlmtrain.errors import UserError
@@ -58,6 +60,42 @@ def build_model(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertForMasked
     if model.cls.predictions.decoder.weight is not model.bert.embeddings.word_embeddings.weight:
         raise RuntimeError("BertForMaskedLM did not tie the decoder to the word embedding")
     return model
+
+
+# The attention of a model being trained: HF's SDPA attention, except under autocast on the CPU, where it runs in
+# float32. torch's CPU flash-attention backward took 86 ms of a 400 ms bf16 mini step (4 layers, seq 128) against
+# 25 ms in float32, and casting q, k and v up costs little beside it (docs/benchmarks.md, "CPU: bf16 with AMX").
+# Only the running model uses it (`use_training_attention`): a saved config.json does not record the attention
+# implementation, so checkpoints load as plain SDPA models with no mlmtrain installed.
+TRAINING_ATTENTION = "mlmtrain_sdpa"
+
+
+def sdpa_float32_under_cpu_autocast(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, Any]:
+    """`sdpa_attention_forward`, in float32 under CPU autocast (its output too: the next Linear casts it back)."""
+    if query.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    if attention_mask is not None and attention_mask.is_floating_point():
+        attention_mask = attention_mask.float()  # an additive mask must match the query's dtype
+    with torch.autocast("cpu", enabled=False):
+        return sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask, **kwargs)
+
+
+AttentionInterface.register(TRAINING_ATTENTION, sdpa_float32_under_cpu_autocast)
+AttentionMaskInterface.register(TRAINING_ATTENTION, sdpa_mask)  # masks exactly as for "sdpa" (None when unpadded)
+
+
+def use_training_attention(trained: torch.nn.Module) -> None:
+    """Switch every Hugging Face model inside `trained` (a BertForMaskedLM, ELECTRA's pair) to TRAINING_ATTENTION."""
+    for module in trained.modules():
+        if isinstance(module, PreTrainedModel):
+            module.set_attn_implementation(TRAINING_ATTENTION)
 
 
 def head_autocast(device: torch.device, dtype: torch.dtype | None) -> Any:

@@ -31,6 +31,7 @@ from mlmtrain.distributed import DistContext, all_reduce_sum
 from mlmtrain.errors import UserError
 from mlmtrain.evaluate import autocast_context
 from mlmtrain.masking import MaskingCollator, VocabInfo
+from mlmtrain.model import use_training_attention
 from mlmtrain.objective import Objective, build_trained, objective_of, step_module
 from mlmtrain.optim import apply_optim_config, build_optimizer, learning_rate, set_learning_rate
 from mlmtrain.precision import Precision, resolve_precision
@@ -171,6 +172,7 @@ def build_parts(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
         torch.manual_seed(cfg.train.seed)  # identical initial weights on every rank
         mlm = build_trained(cfg, vocab)
     mlm.to(device).train()  # from_pretrained hands back a model in eval mode: dropout must be on again
+    use_training_attention(mlm)  # float32 attention under CPU autocast (model.py), fresh or resumed alike
     precision = resolve_precision(cfg.train.precision, device)
     model = step_module(cfg, mlm)
     model.head_dtype = precision.head_dtype  # bf16-head: the (generator's) masked-LM head alone in bf16

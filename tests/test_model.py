@@ -1,7 +1,10 @@
 """The model: the sparse head gives HF's loss and gradients, weights are tied, checkpoints are plain HF folders,
-attention_mask=None reaches SDPA unmasked, and the FLOP count matches a hand count."""
+attention_mask=None reaches SDPA unmasked, the training attention runs in float32 under CPU autocast and is SDPA
+otherwise, and the FLOP count matches a hand count."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -9,7 +12,15 @@ from transformers import AutoModelForMaskedLM, BertForMaskedLM
 
 from mlmtrain.config import ModelConfig
 from mlmtrain.errors import UserError
-from mlmtrain.model import MaskedLM, build_model, count_parameters, flops_per_token, padded_vocab_size
+from mlmtrain.model import (
+    TRAINING_ATTENTION,
+    MaskedLM,
+    build_model,
+    count_parameters,
+    flops_per_token,
+    padded_vocab_size,
+    use_training_attention,
+)
 
 VOCAB = 100
 PAD = 0
@@ -231,3 +242,47 @@ def test_flops_per_token_is_sane_for_mini():
     encoder_params = 4 * (4 * 256 * 256 + 2 * 256 * 1024)
     assert dense == pytest.approx(6 * (encoder_params + 256 * 256 + 256 * 30522), rel=0.05)
     assert flops_per_token(cfg, 30522, 512, 0.15, sparse_head=True) > sparse
+
+
+def sdpa_inputs(monkeypatch) -> list[tuple[torch.dtype, torch.Tensor | None]]:
+    """Record the query dtype and attn_mask of every scaled_dot_product_attention call (restored after the test)."""
+    seen = []
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(query, *args, **kwargs):
+        seen.append((query.dtype, kwargs.get("attn_mask")))
+        return original(query, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    return seen
+
+
+def test_training_attention_runs_in_float32_under_cpu_autocast(model, monkeypatch):
+    seen = sdpa_inputs(monkeypatch)
+    input_ids, labels, _ = batch(padded=False)
+    stock = copy.deepcopy(model)
+    use_training_attention(model)
+    assert model.config._attn_implementation == TRAINING_ATTENTION
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        MaskedLM(stock)(input_ids, labels)
+        assert [dtype for dtype, _ in seen] == [torch.bfloat16] * 2  # HF's sdpa: autocast runs attention in bf16
+        seen.clear()
+        MaskedLM(model)(input_ids, labels)
+    assert seen == [(torch.float32, None)] * 2  # float32, and still no mask for an unpadded batch
+
+
+def test_training_attention_is_sdpa_outside_autocast_padding_masks_included(model, monkeypatch, tmp_path):
+    seen = sdpa_inputs(monkeypatch)
+    input_ids, labels, attention_mask = batch(padded=True)
+    stock = copy.deepcopy(model)
+    use_training_attention(model)
+    with torch.no_grad():
+        expected = stock(input_ids, attention_mask=attention_mask).logits
+        found = model(input_ids, attention_mask=attention_mask).logits
+        unmasked = model(input_ids).logits
+    torch.testing.assert_close(found, expected, rtol=0, atol=0)
+    assert not torch.allclose(found, unmasked)  # the mask matters here, so the equality above checks it was applied
+    assert all(mask is not None for _, mask in seen[:4])
+    model.save_pretrained(tmp_path)  # the checkpoint of a training model: a plain SDPA model, no mlmtrain needed
+    assert TRAINING_ATTENTION not in (tmp_path / "config.json").read_text()
+    assert AutoModelForMaskedLM.from_pretrained(tmp_path).config._attn_implementation == "sdpa"

@@ -1,6 +1,7 @@
 """Precision: what `train.precision` resolves to on which processor, and that a run really trains in bf16 on a
 CPU when it says so (the auto case only where this CPU has AMX bf16 units; skipped elsewhere), and in bf16 for the
-masked-LM head alone with bf16-head, learning as fp32 does."""
+masked-LM head alone with bf16-head, learning as fp32 does; every trained model runs the training attention (float32
+attention under CPU autocast)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import PreTrainedModel
 
 from mlmtrain.distributed import DistContext
+from mlmtrain.model import TRAINING_ATTENTION
 from mlmtrain.precision import cpu_bf16_support, cpu_vendor, resolve_precision
 from mlmtrain.step import build_parts, train_step
 from mlmtrain.train import pretrain
@@ -144,3 +147,12 @@ def test_the_start_line_says_which_precision_and_why(tiny_config, capsys: pytest
         else "(fp32, auto: no AMX or AVX512-BF16 on this CPU)",
     }[AUTO]
     assert expected in start
+
+
+@pytest.mark.parametrize("objective", ["mlm", "electra"])
+def test_every_trained_model_uses_the_training_attention(tiny_config, tmp_path: Path, objective: str) -> None:
+    cfg = tiny_config(**{"train.objective": objective, "train.run_dir": str(tmp_path / objective)})
+    parts = build_parts(cfg, DistContext(device=CPU))
+    models = [module for module in parts.mlm.modules() if isinstance(module, PreTrainedModel)]
+    assert len(models) >= (2 if objective == "electra" else 1)  # ELECTRA: the generator and the discriminator
+    assert {model.config._attn_implementation for model in models} == {TRAINING_ATTENTION}
