@@ -1,6 +1,7 @@
 """The model: a plain Hugging Face `BertForMaskedLM` built from `ModelConfig`, and `MaskedLM`, the one module
-that the training loop (and DDP / torch.compile) wraps, whose forward runs encoder, MLM head and summed loss.
-Also the parameter count and the training FLOPs per token used for throughput figures.
+that the training loop (and DDP / torch.compile) wraps, whose forward runs encoder, MLM head and summed loss; the
+attention a model runs while it trains (float32 under CPU autocast). Also the parameter count and the training FLOPs
+per token used for throughput figures.
 """
 
 from __future__ import annotations
