@@ -204,25 +204,31 @@ def test_save_pretrained_round_trip(model, tmp_path):
     torch.testing.assert_close(actual, expected, rtol=0, atol=0)
 
 
-def test_unmasked_batch_reaches_sdpa_without_a_mask(model, monkeypatch):
-    # transformers' sdpa_attention_forward looks the function up on torch.nn.functional at every call.
+def sdpa_calls(monkeypatch) -> list[dict]:
+    """Record the query dtype, attn_mask and is_causal of every scaled_dot_product_attention call (transformers'
+    sdpa_attention_forward looks the function up on torch.nn.functional at every call; restored after the test)."""
     seen = []
     original = torch.nn.functional.scaled_dot_product_attention
 
-    def spy(*args, **kwargs):
-        seen.append((kwargs.get("attn_mask"), kwargs.get("is_causal")))
-        return original(*args, **kwargs)
+    def spy(query, *args, **kwargs):
+        seen.append({"dtype": query.dtype, "mask": kwargs.get("attn_mask"), "causal": kwargs.get("is_causal")})
+        return original(query, *args, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    return seen
+
+
+def test_unmasked_batch_reaches_sdpa_without_a_mask(model, monkeypatch):
+    seen = sdpa_calls(monkeypatch)
     input_ids, labels, attention_mask = batch(padded=True)
     wrapper = MaskedLM(model)
     with torch.no_grad():
         wrapper(input_ids, labels)
         wrapper(input_ids, labels, torch.ones_like(input_ids))
-        assert seen == [(None, False)] * 4  # two layers, two calls: no mask, not causal
+        assert [(call["mask"], call["causal"]) for call in seen] == [(None, False)] * 4  # 2 layers, 2 calls
         seen.clear()
         wrapper(input_ids, labels, attention_mask)
-    assert len(seen) == 2 and all(mask is not None for mask, _ in seen)
+    assert len(seen) == 2 and all(call["mask"] is not None for call in seen)
 
 
 def test_flops_per_token_matches_a_hand_count():
@@ -244,35 +250,22 @@ def test_flops_per_token_is_sane_for_mini():
     assert flops_per_token(cfg, 30522, 512, 0.15, sparse_head=True) > sparse
 
 
-def sdpa_inputs(monkeypatch) -> list[tuple[torch.dtype, torch.Tensor | None]]:
-    """Record the query dtype and attn_mask of every scaled_dot_product_attention call (restored after the test)."""
-    seen = []
-    original = torch.nn.functional.scaled_dot_product_attention
-
-    def spy(query, *args, **kwargs):
-        seen.append((query.dtype, kwargs.get("attn_mask")))
-        return original(query, *args, **kwargs)
-
-    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
-    return seen
-
-
 def test_training_attention_runs_in_float32_under_cpu_autocast(model, monkeypatch):
-    seen = sdpa_inputs(monkeypatch)
+    seen = sdpa_calls(monkeypatch)
     input_ids, labels, _ = batch(padded=False)
     stock = copy.deepcopy(model)
     use_training_attention(model)
     assert model.config._attn_implementation == TRAINING_ATTENTION
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         MaskedLM(stock)(input_ids, labels)
-        assert [dtype for dtype, _ in seen] == [torch.bfloat16] * 2  # HF's sdpa: autocast runs attention in bf16
+        assert [call["dtype"] for call in seen] == [torch.bfloat16] * 2  # HF's sdpa: autocast runs it in bf16
         seen.clear()
         MaskedLM(model)(input_ids, labels)
-    assert seen == [(torch.float32, None)] * 2  # float32, and still no mask for an unpadded batch
+    assert [(call["dtype"], call["mask"]) for call in seen] == [(torch.float32, None)] * 2  # and still no mask
 
 
 def test_training_attention_is_sdpa_outside_autocast_padding_masks_included(model, monkeypatch, tmp_path):
-    seen = sdpa_inputs(monkeypatch)
+    seen = sdpa_calls(monkeypatch)
     input_ids, labels, attention_mask = batch(padded=True)
     stock = copy.deepcopy(model)
     use_training_attention(model)
@@ -282,7 +275,7 @@ def test_training_attention_is_sdpa_outside_autocast_padding_masks_included(mode
         unmasked = model(input_ids).logits
     torch.testing.assert_close(found, expected, rtol=0, atol=0)
     assert not torch.allclose(found, unmasked)  # the mask matters here, so the equality above checks it was applied
-    assert all(mask is not None for _, mask in seen[:4])
+    assert all(call["mask"] is not None for call in seen[:4])
     model.save_pretrained(tmp_path)  # the checkpoint of a training model: a plain SDPA model, no mlmtrain needed
     assert TRAINING_ATTENTION not in (tmp_path / "config.json").read_text()
     assert AutoModelForMaskedLM.from_pretrained(tmp_path).config._attn_implementation == "sdpa"
