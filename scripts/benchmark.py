@@ -32,7 +32,7 @@ in time to a target perplexity, and in how cost grows with sequence length and m
 Every contestant runs in a process of its own (its own allocator and peak memory) and is timed the same way: wall
 time from the end of warm-up step k to the end of the last step n, tokens/s = (tokens_n - tokens_k) / (t_n - t_k).
 Rounds interleave the contestants, rotating who goes first, so slow drift of the machine hits all alike.
-Results: results/benchmark-<time>.json and .md; docs/benchmarks.md says what each number means.
+Results: results/benchmark-<time>.json and .md; docs/benchmarks/methodology.md says what each number means.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ FAST_RECIPE = {
 }
 # The electra section's ELECTRA contestant: the shipped config's recipe, but the ELECTRA paper's 15 % of the tokens
 # replaced. With the fast recipe's 40 %, the discriminator judged blocks of which 40 % were generator samples and
-# stayed at the base rate for the whole budget (docs/benchmarks.md, "ELECTRA after two more changes").
+# stayed at the base rate for the whole budget (docs/benchmarks/log.md).
 # --electra-set KEY=VALUE changes it for a run (e.g. masking.mlm_probability=0.4, electra.generator_size=0.5).
 ELECTRA_RECIPE = {"masking.mlm_probability": 0.15}
 # The classic BERT recipe it is judged against: dropout 0.1, 15 % of the tokens masked, linear decay.
@@ -166,7 +166,7 @@ DEFAULTS = {
 }
 # --sections downstream and/or electra alone: a size and vocabulary at which 2 cores get past unigram statistics in
 # the budget (30,522 words and three minutes do not; mini with 8,000 words in ten minutes did not either: see
-# docs/benchmarks.md), and a fine-tuning long enough to tell encoders apart (all train examples; 64 tokens hold a
+# docs/benchmarks/log.md), and a fine-tuning long enough to tell encoders apart (all train examples; 64 tokens hold a
 # summary's opening sentences). With other sections the shared values hold.
 DOWNSTREAM_ONLY = {
     "size": "tiny",
@@ -1192,7 +1192,7 @@ def _percent(share: float) -> str:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """The report as Markdown tables (also what docs/benchmarks.md shows)."""
+    """The report as Markdown tables (what docs/benchmarks/ records)."""
     s, m = results["settings"], results["machine"]
     lines = [
         f"# mlmtrain benchmark, {results['created']}",
