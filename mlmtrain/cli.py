@@ -177,7 +177,7 @@ def report(
     ),
 ) -> None:
     """One self-contained HTML page per run (or several overlaid): curves, summary, config differences, health."""
-    from mlmtrain.report import check_runs, write_report
+    from mlmtrain.html_report import check_runs, write_report
 
     if check and out is None and png is None:
         if check_runs(run_dirs, overrides):
@@ -232,7 +232,7 @@ def probe(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
     """Judge an encoder by a labeled task: fine-tune it (or fit a linear probe) and score the test split."""
-    from mlmtrain.probe import ProbeSettings
+    from mlmtrain.downstream import ProbeSettings
     from mlmtrain.probe_command import run_probe_command
 
     settings = ProbeSettings(

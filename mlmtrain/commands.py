@@ -9,7 +9,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -75,7 +75,7 @@ def run_eval_command(
     model: Union[str, Path],
     data: Optional[str],
     config: Optional[Path],
-    overrides: Sequence[str],
+    overrides: Union[Sequence[str], dict[str, Any]],
     seq_len: Optional[int],
     seed: Optional[int],
     batch_size: int,
@@ -84,9 +84,10 @@ def run_eval_command(
     max_tokens: Optional[int],
     device: str,
     as_json: bool,
+    show: bool = True,
 ) -> EvalResult:
     """`mlmtrain eval-perplexity`: perplexity of a masked-LM folder on --data (or the validation split of --config),
-    printed as a few aligned lines or one JSON object on stdout."""
+    printed (with `show`) as a few aligned lines or one JSON object on stdout."""
     from mlmtrain.config import load_config
     from mlmtrain.corpus import corpus_splits, open_corpus
 
@@ -96,7 +97,7 @@ def run_eval_command(
         _positive(value, flag)
     if max_tokens is not None and not pseudo:
         raise UserError("argument", "--max-tokens caps --pseudo; for masked-LM perplexity use --max-blocks")
-    cfg = load_config(config, list(overrides))
+    cfg = load_config(config, overrides if isinstance(overrides, dict) else list(overrides))
     checkpoint = Path(model)
     folder = _masked_lm_folder(checkpoint)
     check_checkpoint_folder(folder)  # before the slow parts, so a mistyped path fails at once
@@ -141,9 +142,9 @@ def run_eval_command(
     )
     report = {**result.as_dict(), "model": str(folder), "seq_len": seq_len, "seed": seed}
     report["mode"] = "pseudo" if pseudo else "mlm"
-    if as_json:
+    if show and as_json:
         print(json.dumps(_json_safe(report)), flush=True)
-    else:
+    elif show:
         print(_table(report, source), flush=True)
     return result
 
@@ -221,6 +222,21 @@ def _fill_mask_lines(text: Optional[str]) -> Iterator[str]:
 
 def run_fill_mask_command(model: Union[str, Path], text: Optional[str], top_k: int, device: str) -> None:
     """`mlmtrain fill-mask`: top-k completions with scores for every mask of TEXT (or of each stdin line)."""
+    for number, (line, predictions) in enumerate(fill_mask_predictions(model, _fill_mask_lines(text), top_k, device)):
+        masks = len(predictions)
+        lines = [""] if number else []
+        lines.append(line)
+        for which, candidates in enumerate(predictions, 1):
+            if masks > 1:
+                lines.append(f"  mask {which} of {masks}")
+            lines.extend(f"  {c['score']:.4f}  {c['token_str'].strip()}" for c in candidates)
+        print("\n".join(lines), flush=True)
+
+
+def fill_mask_predictions(
+    model: Union[str, Path], texts: Iterable[str], top_k: int, device: str
+) -> Iterator[tuple[str, list[list[dict[str, Any]]]]]:
+    """(text, one list of the pipeline's top-k candidates per mask) for each text, after checking it fits."""
     from transformers import pipeline
 
     _positive(top_k, "--top-k")
@@ -233,7 +249,7 @@ def run_fill_mask_command(model: Union[str, Path], text: Optional[str], top_k: i
     positions = getattr(mlm.config, "max_position_embeddings", None)
     with quiet_transformers():
         fill = pipeline("fill-mask", model=mlm, tokenizer=tokenizer, device=torch_device)
-    for number, line in enumerate(_fill_mask_lines(text)):
+    for line in texts:
         # the literal [MASK] works whatever the model calls its mask token (<mask> for RoBERTa-style ones)
         query = line.replace("[MASK]", mask) if mask != "[MASK]" else line
         masks = query.count(mask)
@@ -250,10 +266,4 @@ def run_fill_mask_command(model: Union[str, Path], text: Optional[str], top_k: i
         predictions = fill(query, top_k=top_k)
         if masks == 1:  # the pipeline nests the list only when there are several masks
             predictions = [predictions]
-        lines = [""] if number else []
-        lines.append(line)
-        for which, candidates in enumerate(predictions, 1):
-            if masks > 1:
-                lines.append(f"  mask {which} of {masks}")
-            lines.extend(f"  {c['score']:.4f}  {c['token_str'].strip()}" for c in candidates)
-        print("\n".join(lines), flush=True)
+        yield line, predictions

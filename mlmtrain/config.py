@@ -571,6 +571,14 @@ def apply_override(tree: dict[str, Any], assignment: str) -> None:
         value = load_yaml_text(raw, f"--set {dotted}") if raw.strip() else None
     except yaml.YAMLError:
         value = raw
+    set_value(tree, dotted.strip(), value)
+
+
+def set_value(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set `section.key` to `value` (a Python value, validated later with the rest) in a nested dict in place."""
+    parts = dotted.split(".")
+    if len(parts) != 2 or not all(parts):
+        raise UserError("config", f"override {dotted!r} must name section.key, e.g. optim.lr")
     if tree.get(parts[0]) is None:  # absent, or an empty `optim:` in the file, which loads as an empty section
         tree[parts[0]] = {}
     section = tree[parts[0]]
@@ -671,11 +679,20 @@ def config_from_dict(tree: dict[str, Any]) -> Config:
     return config
 
 
-def load_config(path: Union[str, Path, None], overrides: Union[list[str], tuple[str, ...]] = ()) -> Config:
-    """Read a YAML config (or start from defaults when path is None), apply overrides, validate."""
+def load_config(
+    path: Union[str, Path, None], overrides: Union[list[str], tuple[str, ...], dict[str, Any], None] = ()
+) -> Config:
+    """Read a YAML config (or start from defaults when path is None), apply overrides, validate.
+
+    `overrides` are `section.key=value` strings as `--set` takes them (values parsed as YAML), or a dict of
+    `{"section.key": value}` with Python values."""
     tree = read_yaml(path) if path is not None else {}
-    for assignment in overrides:
-        apply_override(tree, assignment)
+    if isinstance(overrides, dict):
+        for dotted, value in overrides.items():
+            set_value(tree, str(dotted), value)
+    else:
+        for assignment in overrides or ():
+            apply_override(tree, assignment)
     return config_from_dict(tree)
 
 

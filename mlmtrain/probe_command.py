@@ -1,4 +1,4 @@
-"""`mlmtrain probe`: checks the arguments, runs `mlmtrain.probe` on a model (and, with --baseline, on the same
+"""`mlmtrain probe`: checks the arguments, runs `mlmtrain.downstream` on a model (and, with --baseline, on the same
 architecture untrained) and prints the scores as a table or one JSON object on stdout."""
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from typing import Any, Optional
 
 from mlmtrain.commands import _device, _json_safe, _positive
 from mlmtrain.config import LARGEST_INT
-from mlmtrain.errors import UserError, interrupt_on_sigterm
-from mlmtrain.files import check_writable_folder, write_failure
-from mlmtrain.probe import (
+from mlmtrain.downstream import (
     MODES,
     POOLINGS,
     PreparedTask,
@@ -22,6 +20,8 @@ from mlmtrain.probe import (
     encoder_config,
     probe_encoder,
 )
+from mlmtrain.errors import UserError, interrupt_on_sigterm
+from mlmtrain.files import check_writable_folder, write_failure
 from mlmtrain.tasks import TaskFields, load_task
 
 
@@ -76,8 +76,9 @@ def run_probe_command(
     save: Optional[Path],
     device: str,
     as_json: bool,
+    show: bool = True,
 ) -> dict[str, Any]:
-    """Score `model` on the task; returns (and prints) the report."""
+    """Score `model` on the task; returns (and, with `show`, prints) the report."""
     from mlmtrain.tokenizer import load_tokenizer
 
     if mode not in MODES:
@@ -132,10 +133,12 @@ def run_probe_command(
         try:
             _save(trained, tokenizer, save)
         except UserError:
-            _print_report(report, as_json)  # the scores cost the whole fine-tuning: print them before the error
+            if show:
+                _print_report(report, as_json)  # the scores cost the whole fine-tuning: print them before the error
             raise
         report["saved"] = str(save)
-    _print_report(report, as_json)
+    if show:
+        _print_report(report, as_json)
     return report
 
 

@@ -18,14 +18,14 @@ from mlmtrain import checkpoint as ckpt
 from mlmtrain.config import Config, save_config
 from mlmtrain.data import StoreBlocks, evaluation_blocks
 from mlmtrain.distributed import DistContext, gather_objects, init_distributed, on_main, peer_lost, teardown
+from mlmtrain.downstream import LiveProbe, ProbeDiverged, Task, live_task, metric_record
 from mlmtrain.electra import masking_rate_note
 from mlmtrain.errors import UserError, interrupt_on_sigterm, loader_worker_died
 from mlmtrain.files import write_failure
 from mlmtrain.guard import RunLock, StopRequested, check_before_start, claim_run_dir
+from mlmtrain.html_report import LiveReport
 from mlmtrain.objective import evaluate_trained
-from mlmtrain.probe import LiveProbe, ProbeDiverged, Task, live_task, metric_record
 from mlmtrain.progress import Reporter, say
-from mlmtrain.report import LiveReport
 from mlmtrain.step import (
     Parts,
     StepResult,

@@ -171,7 +171,7 @@ def test_two_processes_with_a_time_budget(tiny_data: Path, tmp_path: Path) -> No
 
 def test_report_draws_the_electra_curves_and_its_checks_pass(electra_run: Path, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from mlmtrain import report
+    from mlmtrain import html_report as report
 
     out = tmp_path / "page.html"
     report.write_report([electra_run], out=out)

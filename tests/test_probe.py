@@ -22,8 +22,7 @@ import torch
 
 from mlmtrain.cli import main as cli_main
 from mlmtrain.config import TokenizerConfig, load_config
-from mlmtrain.model import build_model
-from mlmtrain.probe import (
+from mlmtrain.downstream import (
     PreparedTask,
     ProbeSettings,
     classification_scores,
@@ -31,6 +30,7 @@ from mlmtrain.probe import (
     probe_encoder,
     regression_scores,
 )
+from mlmtrain.model import build_model
 from mlmtrain.tasks import TaskFields, load_task
 from mlmtrain.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from mlmtrain.train import pretrain

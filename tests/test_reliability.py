@@ -339,7 +339,7 @@ def test_a_run_killed_with_its_loader_worker_alive_can_resume_at_once(tiny_data:
 # raises its report there, from its SIGCHLD handler, which the page's own errors must not swallow.
 _WORKER_DIES_DURING_REPORT = """
 import multiprocessing, os, signal, sys, time
-import mlmtrain.report as report
+import mlmtrain.html_report as report
 from mlmtrain.cli import main
 def worker_killed_while_drawing(*args, **kwargs):
     for worker in multiprocessing.active_children():

@@ -1,0 +1,143 @@
+"""The Python API: what the commands do, as functions that return their results instead of printing them.
+
+`from mlmtrain import load_config, pretrain, evaluate_perplexity` (names are imported lazily, so the command line
+starts fast). Mistakes raise `mlmtrain.UserError`, whose message is the line the command would print.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from mlmtrain.config import Config, load_config
+
+__all__ = ["load_config", "tokenize", "pretrain", "evaluate_perplexity", "fill_mask", "probe", "report"]
+
+PathLike = Union[str, Path]
+
+
+def tokenize(config: Config) -> Path:
+    """`mlmtrain tokenize`: train (or reuse) the tokenizer and encode the corpus into the token store; its folder."""
+    from mlmtrain.commands import run_tokenize_command
+
+    return run_tokenize_command(config)
+
+
+def pretrain(config: Config, resume: Optional[str] = None, overwrite: bool = False) -> Path:
+    """`mlmtrain pretrain`: train as the config says (tokenizing first if needed); returns the last checkpoint's
+    folder (RUN_DIR/checkpoints/step-N).
+
+    `resume` is 'auto' or a checkpoint folder, as `--resume` takes it."""
+    from mlmtrain.train import pretrain as run_pretrain
+
+    return Path(run_pretrain(config, resume=resume, overwrite=overwrite))
+
+
+def evaluate_perplexity(
+    model: PathLike,
+    data: Optional[str] = None,
+    *,
+    config: Optional[PathLike] = None,
+    overrides: Union[list[str], dict[str, Any], None] = None,
+    seq_len: Optional[int] = None,
+    seed: Optional[int] = None,
+    batch_size: int = 32,
+    max_blocks: Optional[int] = None,
+    pseudo: bool = False,
+    max_tokens: Optional[int] = None,
+    device: str = "auto",
+) -> Any:
+    """`mlmtrain eval-perplexity`: an `EvalResult` (perplexity, accuracy, loss, masked_tokens, ci95, …) of a
+    masked-LM folder on `data` (a source as `--data` takes it) or on the validation split of `config`."""
+    from mlmtrain.commands import run_eval_command
+
+    return run_eval_command(
+        model=model,
+        data=data,
+        config=Path(config) if config is not None else None,
+        overrides=overrides or [],
+        seq_len=seq_len,
+        seed=seed,
+        batch_size=batch_size,
+        max_blocks=max_blocks,
+        pseudo=pseudo,
+        max_tokens=max_tokens,
+        device=device,
+        as_json=False,
+        show=False,
+    )
+
+
+def fill_mask(model: PathLike, text: str, top_k: int = 5, device: str = "auto") -> list[list[dict[str, Any]]]:
+    """`mlmtrain fill-mask` for one text: for each [MASK] in it, the pipeline's top-k candidates (dicts with
+    `token_str`, `score`, `token` and `sequence`), best first."""
+    from mlmtrain.commands import fill_mask_predictions
+
+    ((_, predictions),) = fill_mask_predictions(model, [text], top_k, device)
+    return predictions
+
+
+def probe(
+    model: PathLike,
+    task: Optional[str] = None,
+    *,
+    train: Optional[str] = None,
+    valid: Optional[str] = None,
+    test: Optional[str] = None,
+    mode: str = "finetune",
+    text_field: str = "text",
+    pair_field: Optional[str] = None,
+    label_field: str = "label",
+    baseline: bool = False,
+    save: Optional[PathLike] = None,
+    device: str = "auto",
+    **settings: Any,
+) -> dict[str, Any]:
+    """`mlmtrain probe`: fine-tune (or, with mode='linear', linear-probe) the encoder on a labeled task; the
+    report as a dict (test and valid scores, settings, seconds; `baseline` adds the untrained model's).
+
+    `settings` are the command's options by name: epochs, lr, batch_size, max_length, seed, pooling,
+    max_train_examples, max_eval_examples."""
+    import dataclasses
+
+    from mlmtrain.downstream import ProbeSettings
+    from mlmtrain.errors import UserError
+    from mlmtrain.probe_command import run_probe_command
+
+    known = {f.name for f in dataclasses.fields(ProbeSettings)} - {"mode", "progress"}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise UserError("argument", f"probe() takes no setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
+    return run_probe_command(
+        model=str(model),
+        task=task,
+        train=train,
+        valid=valid,
+        test=test,
+        mode=mode,
+        text_field=text_field,
+        pair_field=pair_field,
+        label_field=label_field,
+        settings=ProbeSettings(**settings),
+        baseline=baseline,
+        save=Path(save) if save is not None else None,
+        device=device,
+        as_json=False,
+        show=False,
+    )
+
+
+def report(
+    run_dirs: Union[PathLike, list[PathLike]],
+    out: Optional[PathLike] = None,
+    axis: str = "steps",
+    png_dir: Optional[PathLike] = None,
+) -> Path:
+    """`mlmtrain report`: write the HTML page of one run folder (or several, overlaid); returns its path."""
+    from mlmtrain.html_report import write_report
+
+    folders = [Path(run_dirs)] if isinstance(run_dirs, (str, Path)) else [Path(d) for d in run_dirs]
+    written = write_report(
+        folders, out=Path(out) if out else None, axis=axis, png_dir=Path(png_dir) if png_dir else None, overrides=[]
+    )
+    return Path(written)
