@@ -88,13 +88,11 @@ def resolve_precision(
 ) -> Precision:
     """`train.precision` (auto, bf16, bf16-head, fp16, fp32) on `device` -> what to autocast, with the reason.
 
-    auto: bf16 on a CUDA device that supports it; on the CPU, bf16 with AMX tile units, where a mini training step
-    measured faster in bf16 than in fp32. With AVX512-BF16 alone it depends on the processor. On an AMD EPYC,
-    a bf16 product ran about 2.3x as fast as fp32; autocasting the whole model still made the step slower (the
-    casts around each small product cost more than the products save), but the head alone, whose hidden x
-    vocabulary decoder is about half of a small model's work in a few large products, made a mini step about 1.2x
-    faster: bf16-head. On an Intel Xeon without AMX (a virtual machine that hides it) a bf16 product ran at 0.6x
-    fp32's speed and a mini step with bf16-head at 0.7x: fp32 there. ARM's BF16 is unmeasured: fp32 there too.
+    auto: bf16 on a CUDA device that supports it; on the CPU, bf16 with AMX tile units (bf16 products there are fast
+    enough to pay for autocast's casts). On AMD CPUs with AVX512-BF16 alone, bf16-head: the casts around the
+    encoder's many small products cost more than they save, but the head's hidden x vocabulary decoder is about
+    half a small model's work in a few large products. On Intel CPUs with AVX512-BF16 but no AMX, and on ARM,
+    fp32 (bf16 products ran slower than fp32 ones there, or were not measured; docs/benchmarks/log.md).
     `cpu_support` and `vendor` override the detection (`cpu_bf16_support()`, `cpu_vendor()`), for tests.
     """
     if name not in ("auto", *DTYPES):
