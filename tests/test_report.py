@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import yaml
 
-from mlmtrain import health, report
+from mlmtrain import health
+from mlmtrain import html_report as report
 from mlmtrain.errors import UserError
 from mlmtrain.rundata import load_run, read_metrics
 from mlmtrain.train import pretrain
