@@ -1,6 +1,7 @@
 """mlmtrain: pretrain small BERT encoders with masked language modeling, from a YAML config.
 
-The Python API (`mlmtrain.api`) is imported on first use, so `mlmtrain --help` does not load torch."""
+The Python API (`mlmtrain.api`) is imported on first use, so `mlmtrain --help` does not load torch. Its names
+are none of the sub-packages' (a sub-package, once imported, would replace a function of the same name)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = ("load_config", "tokenize", "pretrain", "evaluate_perplexity", "fill_mask", "probe", "report")
+_API = ("load_config", "tokenize", "pretrain", "evaluate_perplexity", "fill_mask", "probe", "write_report")
 __all__ = [*_API, "UserError", "Config", "__version__"]
 
 

@@ -11,7 +11,7 @@ from typing import Any, Optional, Union
 
 from mlmtrain.config import Config, load_config
 
-__all__ = ["load_config", "tokenize", "pretrain", "evaluate_perplexity", "fill_mask", "probe", "report"]
+__all__ = ["load_config", "tokenize", "pretrain", "evaluate_perplexity", "fill_mask", "probe", "write_report"]
 
 PathLike = Union[str, Path]
 
@@ -127,7 +127,7 @@ def probe(
     )
 
 
-def report(
+def write_report(
     run_dirs: Union[PathLike, list[PathLike]],
     out: Optional[PathLike] = None,
     axis: str = "steps",

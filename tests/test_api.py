@@ -41,7 +41,7 @@ def test_api_names_are_the_functions_after_every_module_is_imported() -> None:
     for module in pkgutil.iter_modules(mlmtrain.__path__):
         if module.name != "__main__":
             importlib.import_module(f"mlmtrain.{module.name}")
-    for name in ("load_config", "tokenize", "pretrain", "evaluate_perplexity", "fill_mask", "probe", "report"):
+    for name in ("load_config", "tokenize", "pretrain", "evaluate_perplexity", "fill_mask", "probe", "write_report"):
         assert callable(getattr(mlmtrain, name)), name
 
 
