@@ -134,10 +134,10 @@ def write_report(
     png_dir: Optional[PathLike] = None,
 ) -> Path:
     """`mlmtrain report`: write the HTML page of one run folder (or several, overlaid); returns its path."""
-    from mlmtrain.html_report import write_report
+    from mlmtrain.html_report import write_report as write_page
 
     folders = [Path(run_dirs)] if isinstance(run_dirs, (str, Path)) else [Path(d) for d in run_dirs]
-    written = write_report(
+    written = write_page(
         folders, out=Path(out) if out else None, axis=axis, png_dir=Path(png_dir) if png_dir else None, overrides=[]
     )
     return Path(written)
