@@ -176,6 +176,7 @@ def build_parts(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
     precision = resolve_precision(cfg.train.precision, device)
     model = step_module(cfg, mlm)
     model.head_dtype = precision.head_dtype  # bf16-head: the (generator's) masked-LM head alone in bf16
+    model.static_rows = device.type != "cpu"  # the sparse head at a fixed capacity: no data-dependent shape
     if cfg.train.compile:
         model = torch.compile(model)
     if ctx.distributed:
@@ -225,7 +226,9 @@ def _micro_batches(
     cfg: Config, tokenizer: Any, vocab: VocabInfo, layout: BatchLayout, state: TrainState, fingerprint: str
 ) -> Any:
     """The dataset of this rank's masked micro-batches: from the token store, or tokenized live."""
-    collator = MaskingCollator(vocab, cfg.masking, seed=cfg.train.seed)
+    # the masked LM's sparse head takes its rows from the collator (model.py's MaskedLM.head_rows)
+    positions = cfg.train.objective == "mlm" and cfg.model.sparse_head
+    collator = MaskingCollator(vocab, cfg.masking, seed=cfg.train.seed, positions=positions)
     if not cfg.data.use_store:
         from mlmtrain.corpus import corpus_splits
 
