@@ -8,6 +8,7 @@ all see the same masks for the same block. No global RNG is touched.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -239,6 +240,33 @@ def evaluation_masking(cfg: MaskingConfig) -> MaskingConfig:
     )
 
 
+POSITION_MULTIPLE = 64  # head capacities are whole multiples of 64 rows: few distinct shapes, aligned products
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def selection_capacity(tokens: int, rate: float) -> int:
+    """Rows to reserve for the selected positions of a micro-batch of `tokens` positions selected at `rate`: a coin
+    per token's mean plus 6 of its standard deviations (a batch past that has odds about 1e-9; `selected_positions`
+    grows for it), rounded up to a multiple of POSITION_MULTIPLE, and never more than all the positions (rounded up
+    alike)."""
+    bound = tokens * rate + 6.0 * math.sqrt(tokens * rate * (1.0 - rate))
+    return min(_round_up(math.ceil(bound), POSITION_MULTIPLE), _round_up(tokens, POSITION_MULTIPLE))
+
+
+def selected_positions(labels: torch.Tensor, rate: float) -> torch.Tensor:
+    """int64 [capacity]: the flat (row-major) positions of `labels`' selected tokens in ascending order, then the
+    sentinel `labels.numel()` (one past the last position) to the capacity. The capacity is `selection_capacity`,
+    grown (rounded up) to fit a batch that selects more (whole words, fixed counts, chance): none is ever dropped."""
+    found = (labels.flatten() != IGNORE_INDEX).nonzero().squeeze(1)
+    capacity = max(selection_capacity(labels.numel(), rate), _round_up(found.numel(), POSITION_MULTIPLE))
+    positions = torch.full((capacity,), labels.numel(), dtype=torch.long)
+    positions[: found.numel()] = found
+    return positions
+
+
 def _as_int64(x: Any) -> torch.Tensor:
     """A 1-D token block (tensor, numpy array or list, any int dtype) as an int64 tensor."""
     if isinstance(x, torch.Tensor):
@@ -253,17 +281,28 @@ class MaskingCollator:
     Equal-length blocks (packing) give {"input_ids", "labels"} and no attention mask, so attention
     runs unmasked; blocks of different lengths are padded with `pad_id` to the longest, rounded up to a
     multiple of `pad_to_multiple_of`, and also get "attention_mask" (int64, 1 = real token).
+    With `positions`, every batch also gets "selected_positions" (`selected_positions`): the sparse head's rows at
+    a fixed capacity, found here in the loader rather than by a data-dependent selection on the device.
     """
 
-    def __init__(self, vocab: VocabInfo, cfg: MaskingConfig, seed: int, pad_to_multiple_of: int = 8) -> None:
+    def __init__(
+        self, vocab: VocabInfo, cfg: MaskingConfig, seed: int, pad_to_multiple_of: int = 8, positions: bool = False
+    ) -> None:
         if pad_to_multiple_of < 1:
             raise ValueError(f"pad_to_multiple_of must be >= 1 (got {pad_to_multiple_of})")
         self.vocab = vocab
         self.cfg = cfg
         self.seed = seed
         self.pad_to_multiple_of = pad_to_multiple_of
+        self.positions = positions
 
     def __call__(self, items: list[dict]) -> dict[str, torch.Tensor]:
+        batch = self._masked(items)
+        if self.positions:
+            batch["selected_positions"] = selected_positions(batch["labels"], self.cfg.mlm_probability)
+        return batch
+
+    def _masked(self, items: list[dict]) -> dict[str, torch.Tensor]:
         blocks = [_as_int64(item["input_ids"]) for item in items]
         seeds = [block_seed(self.seed, int(item["epoch"]), int(item["index"])) for item in items]
         lengths = [b.shape[0] for b in blocks]

@@ -1,7 +1,7 @@
 """The model: a plain Hugging Face `BertForMaskedLM` built from `ModelConfig`, and `MaskedLM`, the one module
 that the training loop (and DDP / torch.compile) wraps, whose forward runs encoder, MLM head and summed loss; the
-attention a model runs while it trains (float32 under CPU autocast). Also the parameter count and the training FLOPs
-per token used for throughput figures.
+attention a model runs while it trains (float32 under CPU autocast; no mask for an unpadded batch, compiled or not).
+Also the parameter count and the training FLOPs per token used for throughput figures.
 """
 
 from __future__ import annotations
@@ -89,7 +89,29 @@ def sdpa_float32_under_cpu_autocast(
 
 
 AttentionInterface.register(TRAINING_ATTENTION, sdpa_float32_under_cpu_autocast)
-AttentionMaskInterface.register(TRAINING_ATTENTION, sdpa_mask)  # masks exactly as for "sdpa" (None when unpadded)
+
+
+def unpadded_sdpa_mask(*args: Any, **kwargs: Any) -> torch.Tensor | None:
+    """`sdpa_mask`, except that full bidirectional attention over a batch with no padding mask gets no mask also
+    while dynamo traces, torch.export exports or a CUDA graph is captured. transformers decides that skip with
+    `is_tracing`, true in all three, and then builds an all-True [B,1,S,S] mask in some versions and cases (5.17
+    under compile, 5.24 under export), with which SDPA cannot use its flash kernels. A batch with padding is masked
+    exactly as by `sdpa_mask`.
+
+    Skips only calls made as `masking_utils` makes them (by keyword); `allow_is_bidirectional_skip` is what
+    `create_bidirectional_mask` (transformers 5) passes when the mask is plain bidirectional; 4.x never passes it.
+    """
+    if (
+        len(args) <= 3  # batch size, query and key lengths; the mask itself by keyword
+        and kwargs.get("attention_mask") is None
+        and kwargs.get("allow_is_bidirectional_skip")
+        and kwargs.get("local_size") is None
+    ):
+        return None
+    return sdpa_mask(*args, **kwargs)
+
+
+AttentionMaskInterface.register(TRAINING_ATTENTION, unpadded_sdpa_mask)
 
 
 def use_training_attention(trained: torch.nn.Module) -> None:
@@ -124,27 +146,31 @@ class MaskedLM(torch.nn.Module):
         self.mlm = mlm
         self.sparse_head = sparse_head
         self.head_dtype: torch.dtype | None = None  # train.precision bf16-head: autocast for the head alone
+        # True off the CPU: the head takes the collator's fixed-capacity positions as they are, static shapes
+        self.static_rows = False
 
     def forward(
-        self, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        labels: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        selected_positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        # attention_mask=None reaches SDPA as attn_mask=None, its fast unmasked path (checked in transformers 5.24:
-        # BertModel -> create_bidirectional_mask -> sdpa_mask returns None when the 2D mask is None or all ones,
-        # because allow_is_bidirectional_skip defaults to True; sdpa_attention_forward then sees is_causal False, as
-        # BertSelfAttention.is_causal = config.is_decoder = False). An all-ones mask costs a `.all()` check, a host
-        # sync on CUDA, to reach the same place; packed blocks have no padding, so pass None.
+        # attention_mask=None reaches SDPA as attn_mask=None, its fast unmasked path, also under compile and graph
+        # capture (unpadded_sdpa_mask; sdpa_attention_forward then sees is_causal False, as BertSelfAttention's
+        # is_causal = config.is_decoder = False). An all-ones mask costs a `.all()` check, a host sync on CUDA, to
+        # reach the same place; packed blocks have no padding, so pass None.
         # tests/test_model.py::test_unmasked_batch_reaches_sdpa_without_a_mask guards this against upgrades.
         hidden = self.mlm.bert(input_ids, attention_mask=attention_mask).last_hidden_state
         if self.sparse_head:
             # The head (H x H transform, H x V decoder) is most of the cost of a small BERT; run it on the ~15 %
-            # selected rows only. Their positions have a data-dependent count: one host sync on CUDA, shared by
-            # the rows and their labels (two boolean indexings would wait twice).
-            rows = (labels.flatten() != IGNORE_INDEX).nonzero().squeeze(1)
-            selected, targets = hidden.flatten(0, 1).index_select(0, rows), labels.flatten().index_select(0, rows)
+            # selected rows only.
+            rows, targets = self.head_rows(labels, selected_positions)
+            selected = hidden.flatten(0, 1).index_select(0, rows)
             head = self.mlm.cls.predictions
             with head_autocast(hidden.device, self.head_dtype):
                 transformed = head.transform(selected)
-                if fused_head_applies(transformed, head.decoder.weight):
+                if not self.static_rows and fused_head_applies(transformed, head.decoder.weight):
                     # training on the CPU (float32 or bf16): decoder and loss chunk by chunk, without the N x V
                     # logits (fused_head.py)
                     return _fused_decoder_loss(transformed, head.decoder.weight, head.decoder.bias, targets)
@@ -156,6 +182,22 @@ class MaskedLM(torch.nn.Module):
         # With no selected position the sum over an empty set is an exact 0 that still hangs off the graph (through
         # the empty head matmul), so backward runs and every parameter gets a zero gradient, as DDP expects.
         return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum")
+
+    def head_rows(self, labels: torch.Tensor, positions: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rows of the flattened hidden states, their labels) for the sparse head: from the collator's
+        `selected_positions` (masking.py) where the batch has them, else found in `labels`."""
+        flat = labels.flatten()
+        if positions is None:
+            # a data-dependent count: one host sync on CUDA, shared by the rows and their labels
+            rows = (flat != IGNORE_INDEX).nonzero().squeeze(1)
+        elif not self.static_rows:
+            rows = positions[positions < flat.numel()]  # the exact rows, in order: the fused head takes real labels
+        else:
+            # a fixed number of rows: the padding (sentinel flat.numel()) reads position 0 and is labelled -100, so
+            # it adds nothing to the loss or the gradients
+            padded = torch.cat((flat, flat.new_full((1,), IGNORE_INDEX)))
+            return positions.clamp_max(flat.numel() - 1), padded.index_select(0, positions)
+        return rows, flat.index_select(0, rows)
 
 
 def parameter_count(cfg: ModelConfig, vocab_size: int) -> int:

@@ -1,6 +1,7 @@
 """What one optimizer step needs and does: `build_parts` (model, optimizer, scaler, state and the micro-batch stream,
 fresh or from a checkpoint) and `train_step` (count the global batch's selected tokens, forward/backward each
-micro-batch with all-reduce on the last only, skip non-finite steps, clip, set the learning rate, step).
+micro-batch with all-reduce on the last only, clip, read the loss and gradient norm in one copy, skip non-finite
+steps, set the learning rate, step).
 
 `train.py` runs them in its loop; `scripts/benchmark.py` times the same two functions as the bare step.
 """
@@ -31,7 +32,7 @@ from mlmtrain.distributed import DistContext, all_reduce_sum
 from mlmtrain.errors import UserError
 from mlmtrain.evaluate import autocast_context
 from mlmtrain.masking import MaskingCollator, VocabInfo
-from mlmtrain.model import use_training_attention
+from mlmtrain.model import MaskedLM, use_training_attention
 from mlmtrain.objective import Objective, build_trained, objective_of, step_module
 from mlmtrain.optim import apply_optim_config, build_optimizer, learning_rate, set_learning_rate
 from mlmtrain.precision import Precision, resolve_precision
@@ -176,6 +177,8 @@ def build_parts(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
     precision = resolve_precision(cfg.train.precision, device)
     model = step_module(cfg, mlm)
     model.head_dtype = precision.head_dtype  # bf16-head: the (generator's) masked-LM head alone in bf16
+    if isinstance(model, MaskedLM):
+        model.static_rows = device.type != "cpu"  # the sparse head at a fixed capacity: no data-dependent shape
     if cfg.train.compile:
         model = torch.compile(model)
     if ctx.distributed:
@@ -225,7 +228,9 @@ def _micro_batches(
     cfg: Config, tokenizer: Any, vocab: VocabInfo, layout: BatchLayout, state: TrainState, fingerprint: str
 ) -> Any:
     """The dataset of this rank's masked micro-batches: from the token store, or tokenized live."""
-    collator = MaskingCollator(vocab, cfg.masking, seed=cfg.train.seed)
+    # the masked LM's sparse head takes its rows from the collator (model.py's MaskedLM.head_rows)
+    positions = cfg.train.objective == "mlm" and cfg.model.sparse_head
+    collator = MaskingCollator(vocab, cfg.masking, seed=cfg.train.seed, positions=positions)
     if not cfg.data.use_store:
         from mlmtrain.corpus import corpus_splits
 
@@ -280,8 +285,8 @@ def train_step(
 ) -> StepResult:
     """One optimizer step over this rank's micro-batches of the step; every rank calls it with its own share.
 
-    `clock()` is the run's elapsed seconds. Only rank 0's reading counts: it travels in the loss all-reduce, so
-    every rank sees the same elapsed time and so agrees on the budget and the learning rate.
+    `clock()` is the run's elapsed seconds. Only rank 0's reading counts: under DDP it travels in the loss
+    all-reduce, so every rank sees the same elapsed time and so agrees on the budget and the learning rate.
     """
     cfg, ctx, state, objective = parts.cfg, parts.ctx, parts.state, parts.objective
     # 1. Count the selected tokens (ELECTRA: and the scored ones) of the whole global batch (all ranks, all
@@ -310,28 +315,27 @@ def train_step(
             # DDP averages gradients over ranks, so multiply back by the world size.
             parts.scaler.scale(objective.loss(sums, counts) * ctx.world_size).backward()
         loss_sums += sums.detach().double().reshape(-1)
-    elapsed = clock() if ctx.is_main else 0.0
-    reduced = all_reduce_sum(
-        ctx, torch.cat([loss_sums, torch.tensor([elapsed], dtype=torch.float64, device=ctx.device)])
-    ).cpu()  # one wait for the GPU to read the loss sums and the clock, not one per value
-    loss, state.elapsed_s = float(objective.loss(reduced[:-1], counts)), float(reduced[-1])
-    loss_parts = objective.parts(reduced[:-1], counts)
-
-    # 3. A non-finite loss (or an empty selection) skips the step; all ranks agree: the loss was reduced over all.
-    #    (Non-finite gradients skip it too, in 4.)
-    if not math.isfinite(loss) or selected == 0:
-        return _skipped(parts, loss, float("nan"), int(tokens), stop_votes > 0, loss_parts)
-    state.nonfinite_in_row = 0
-
-    # 4. Clip, set the learning rate for this step, step.
+    # 3. Unscale (fp16), clip, and read the loss sums and the gradient norm in one copy: one wait for the device a
+    #    step. DDP averaged the gradients, so every rank has the same norm.
     parts.scaler.unscale_(parts.optimizer)
     clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(parts.mlm.parameters(), clip))
+    grad_norm_on_device = torch.nn.utils.clip_grad_norm_(parts.mlm.parameters(), clip)
+    reduced, grad_norm, state.elapsed_s = _read_step(ctx, loss_sums, grad_norm_on_device, clock)
+    loss = float(objective.loss(reduced, counts))
+    loss_parts = objective.parts(reduced, counts)
+
+    # 4. A non-finite loss (or an empty selection) skips the step; all ranks agree: the loss was reduced over all.
+    #    So do non-finite gradients with a finite loss (seen from a bf16 attention backward on GPU): the update would
+    #    make every weight NaN. Under fp16 the scaler handles those itself: its step skips, its update lowers the
+    #    scale.
+    if not math.isfinite(loss) or selected == 0:
+        parts.scaler.update(parts.scaler.get_scale())  # forget this step's unscale; the scale stays as it was
+        return _skipped(parts, loss, float("nan"), int(tokens), stop_votes > 0, loss_parts)
     if not math.isfinite(grad_norm) and not parts.scaler.is_enabled():
-        # A finite loss with non-finite gradients (seen from a bf16 attention backward on GPU): the update would make
-        # every weight NaN, so skip it like a non-finite loss. DDP averaged the gradients: all ranks agree. Under fp16
-        # the scaler handles overflow itself: its step skips and its update lowers the scale.
         return _skipped(parts, loss, grad_norm, int(tokens), stop_votes > 0, loss_parts)
+    state.nonfinite_in_row = 0
+
+    # 5. Set the learning rate for this step, step.
     if state.step == cfg.optim.warmup_steps:
         state.warmup_end_progress = budget_progress(cfg, state)
     lr = learning_rate(state.step, budget_progress(cfg, state), cfg.optim, state.warmup_end_progress)
@@ -342,6 +346,20 @@ def train_step(
     state.step += 1
     state.tokens += int(tokens)
     return StepResult(loss, lr, grad_norm, int(tokens), False, stop_votes > 0, loss_parts)
+
+
+def _read_step(
+    ctx: DistContext, loss_sums: torch.Tensor, grad_norm: torch.Tensor, clock: Callable[[], float]
+) -> tuple[torch.Tensor, float, float]:
+    """(the loss sums summed over ranks, the gradient norm, rank 0's clock) on the host, in one copy from the
+    device. Under DDP the clock travels in the sums' all-reduce; on one process it is read on the host and never
+    goes to the device."""
+    sums = len(loss_sums)
+    if ctx.distributed:
+        elapsed = torch.tensor([clock() if ctx.is_main else 0.0], dtype=torch.float64, device=ctx.device)
+        loss_sums = all_reduce_sum(ctx, torch.cat([loss_sums, elapsed]))
+    read = torch.cat([loss_sums, grad_norm.detach().double().reshape(1)]).cpu()
+    return read[:sums], float(read[-1]), float(read[sums]) if ctx.distributed else clock()
 
 
 def _skipped(
