@@ -35,9 +35,11 @@ class RunLock:
     def __init__(self, run_dir: Path) -> None:
         check_writable_folder(run_dir, "run", "train.run_dir")
         self.path = run_dir / ".lock"
-        if self.path.is_dir() or (self.path.exists() and not self.path.is_file()):
+        if self.path.is_symlink() or self.path.is_dir() or (self.path.exists() and not self.path.is_file()):
+            # the lock file is truncated and written: through a link, that would be a file elsewhere
+            what = "a link" if self.path.is_symlink() else "a folder"
             raise UserError(
-                "run", f"{self.path} is a folder, where mlmtrain keeps its lock file; move it away, then run again"
+                "run", f"{self.path} is {what}, where mlmtrain keeps its lock file; move it away, then run again"
             )
         self.handle = open(self.path, "a+")
         try:

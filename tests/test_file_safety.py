@@ -160,6 +160,20 @@ def test_overwrite_refuses_a_folder_named_like_a_run_file_before_deleting_anythi
     assert_overwrite_refused(capsys, tiny_data, finished_run, str(finished_run / "run.json"))
 
 
+def test_a_lock_file_that_is_a_link_is_one_line_and_its_target_untouched(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The lock file is truncated and written with the pid: through a link, that emptied a file of the user's."""
+    run_dir, mine = tmp_path / "run", tmp_path / "notes.txt"
+    run_dir.mkdir()
+    mine.write_text("mine")
+    (run_dir / ".lock").symlink_to(mine)
+    code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, run_dir, **QUICK))
+    assert code == 2
+    assert_one_error_line(lines, str(run_dir / ".lock"), "is a link")
+    assert mine.read_text() == "mine"
+
+
 # ---------------------------------------------------------------------------------------------
 # leftover folders of killed saves: removed only when they hold nothing but mlmtrain's files
 
