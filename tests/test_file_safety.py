@@ -125,6 +125,18 @@ def test_overwrite_refuses_a_link_it_did_not_make_inside_a_checkpoint_and_delete
     assert (shared / "corpus.txt").exists()
 
 
+def test_overwrite_refuses_a_link_named_like_an_event_file(
+    finished_run: Path, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """TensorBoard writes no links: one named like its event file is the user's (another run's log, shown here)."""
+    shared = shared_folder(tmp_path, "events.out.tfevents.1.host.1.0")
+    (finished_run / "tensorboard").mkdir()
+    (finished_run / "tensorboard" / "events.out.tfevents.1.host.1.0").symlink_to(
+        shared / "events.out.tfevents.1.host.1.0"
+    )
+    assert_overwrite_refused(capsys, tiny_data, finished_run, str(finished_run / "tensorboard"))
+
+
 def test_keep_last_keeps_an_old_checkpoint_holding_a_link_and_says_so(
     finished_run: Path, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
