@@ -9,11 +9,14 @@ save clears what the killed one left behind).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import re
 import shutil
+import stat
+import uuid
 from pathlib import Path
 from typing import Any, Optional
 
@@ -24,15 +27,24 @@ from safetensors import SafetensorError
 from mlmtrain.config import Config, save_config
 from mlmtrain.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.errors import UserError, loader_worker_died
-from mlmtrain.files import process_alive, write_failure
-from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
+from mlmtrain.files import remove_dead_leftovers, write_failure
+from mlmtrain.tokenizer import TOKENIZER_FILES, load_tokenizer, tokenizer_fingerprint
 
 COMPLETE = "COMPLETE"
 STATE_FILE = "training_state.pt"
 _STATE_KEYS = ("train_state", "optimizer", "scaler", "rng")  # what a resume reads from the training state
-MANIFEST_FILE = "checkpoint.json"  # the step, its metrics and the files the writer put in the folder
+MANIFEST_FILE = "checkpoint.json"  # the step, its metrics, and the size and time of each file the writer put there
 _STEP_DIR = re.compile(r"^step-(\d+)$")
-_LEFTOVER = re.compile(r"^\.(?:tmp-step-\d+|old-step-\d+|latest)-(\d+)$")  # ends in the writer's pid
+# a killed save's leftover: named after the writer's pid (and, since it has one, a random suffix)
+_LEFTOVER = re.compile(r"^\.(?:tmp-step-\d+|old-step-\d+|latest)-(\d+)(?:-[0-9a-f]+)?$")
+# every name a save writes (model, tokenizer, run config, training state, model card), in the checkpoint folder or
+# in a model folder inside it (an ELECTRA generator): what a leftover killed before its record may hold
+CHECKPOINT_FILES = re.compile(
+    r"(?:[^/]+/)?(?:COMPLETE|checkpoint\.json|training_state\.pt|mlmtrain\.yaml|README\.md|config\.json"
+    r"|generation_config\.json|model(?:-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json|"
+    + TOKENIZER_FILES.pattern
+    + ")"
+)
 _SUPERSEDED = re.compile(r"^superseded-at-step-\d+(?:-\d+)?$")  # an earlier run's later steps, moved aside
 
 
@@ -58,19 +70,25 @@ def latest_checkpoint(run_dir: Path) -> Optional[Path]:
 
 
 def _remove_leftovers(root: Path) -> None:
-    """Delete what saves killed midway left (temporary folders, links): never a checkpoint, only lost disk space.
+    """Delete what saves killed midway left (temporary folders, links): never a checkpoint, only lost disk space, and
+    only what holds nothing but mlmtrain's files (`_leftover_is_ours`); the run's lock says no other process writes
+    these checkpoints now."""
+    remove_dead_leftovers(root, _LEFTOVER, _leftover_is_ours)
 
-    One named after this very process is a leftover too: a save starts with none of its own, so an earlier process
-    with the same pid left it (a container restarted after a kill runs mlmtrain under the same pid, often 1), and
-    the run's lock says no other process writes these checkpoints now."""
-    for child in root.iterdir():
-        match = _LEFTOVER.match(child.name)
-        writer = int(match.group(1)) if match else None
-        if writer is not None and (writer == os.getpid() or not process_alive(writer)):
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child, ignore_errors=True)
-            else:
-                child.unlink(missing_ok=True)
+
+def _leftover_is_ours(entry: Path) -> bool:
+    """True for a killed save's leftover that holds nothing but what mlmtrain wrote: the link that was to become
+    `latest`, a folder whose files match its record (a checkpoint moved aside, a save killed before the rename), or,
+    with no record yet (killed before it wrote one), a folder of files that all bear the names a save writes."""
+    if entry.is_symlink():
+        return entry.name.startswith(".latest-") and bool(_STEP_DIR.match(os.readlink(entry)))
+    if entry.name.startswith(".latest-") or not entry.is_dir():
+        return False
+    foreign = foreign_files(entry)
+    if foreign is not None:
+        return not foreign
+    found = _entries_under(entry)
+    return all(stat.S_ISREG(info.st_mode) and CHECKPOINT_FILES.fullmatch(name) for name, info in found.items())
 
 
 def save_checkpoint(
@@ -97,8 +115,9 @@ def save_checkpoint(
             f"{final} would be replaced, and {why_spared(foreign_files(final))}; move that folder away, "
             "then resume with --resume",
         )
-    staging = root / f".tmp-step-{step}-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
+    # named after this process and a random suffix: never the name of something already there
+    writer = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    staging = root / f".tmp-step-{step}-{writer}"
     try:
         staging.mkdir()
         model.save_pretrained(str(staging), safe_serialization=True)
@@ -108,14 +127,12 @@ def save_checkpoint(
             tokenizer.save_pretrained(str(model_folder))
         save_config(cfg, staging)
         torch.save(state, staging / STATE_FILE)
-        # the list of what this writer put in the folder: pruning deletes a checkpoint only if it holds nothing else
-        written = sorted([*_files_under(staging), MANIFEST_FILE, COMPLETE])
-        (staging / MANIFEST_FILE).write_text(json.dumps({"step": step, **(metrics or {}), "files": written}, indent=1))
         for model_folder in model_folders:  # a subfolder first, then the folder that holds its entry
             fsync_tree(model_folder)
+        _write_record(staging, step, metrics)  # after the flush: a file system may stamp a file's time as it flushes
         write_marker(staging / COMPLETE)
         if final.exists():  # saved before (a resumed run ending at the step it resumed from): swap, never half-delete
-            replaced = root / f".old-step-{step}-{os.getpid()}"
+            replaced = root / f".old-step-{step}-{writer}"
             final.rename(replaced)
             staging.rename(final)
             shutil.rmtree(replaced, ignore_errors=True)
@@ -137,9 +154,36 @@ def save_checkpoint(
     return final
 
 
-def _files_under(folder: Path) -> list[str]:
-    """Every file below `folder`, as relative POSIX paths."""
-    return [path.relative_to(folder).as_posix() for path in folder.rglob("*") if not path.is_dir()]
+def _write_record(staging: Path, step: int, metrics: Optional[dict[str, Any]]) -> None:
+    """checkpoint.json: the step, its metrics, and every file the writer put in `staging` with its size and
+    modification time (whatever is there, so a file added to the save is recorded too). Pruning, --overwrite and a
+    resume's setting aside delete or move a checkpoint only while what it holds matches this record.
+
+    Size and time, not a hash: hashing reads every byte again, a model's weights and optimizer state alike, at each
+    save and each prune, while a time in nanoseconds changes whenever a file is written again under the same name."""
+    written = {
+        name: {"size": info.st_size, "mtime_ns": info.st_mtime_ns}
+        for name, info in _entries_under(staging).items()
+        if stat.S_ISREG(info.st_mode)
+    }
+    record = {"step": step, **(metrics or {}), "files": sorted([*written, MANIFEST_FILE, COMPLETE]), "written": written}
+    write_marker(staging / MANIFEST_FILE, json.dumps(record, indent=1))
+
+
+def _entries_under(folder: Path) -> dict[str, os.stat_result]:
+    """Every file and link below `folder` (a link to a folder is listed, never entered), by relative POSIX path,
+    with its own status (of the link, not its target). A folder that cannot be listed is listed as an entry."""
+    found: dict[str, os.stat_result] = {}
+
+    def unreadable(error: OSError) -> None:
+        with contextlib.suppress(OSError):  # gone meanwhile: nothing there to keep
+            found[Path(error.filename).relative_to(folder).as_posix()] = os.lstat(error.filename)
+
+    for parent, folders, files in os.walk(folder, onerror=unreadable):  # os.walk does not follow links
+        for name in [*files, *(name for name in folders if os.path.islink(os.path.join(parent, name)))]:
+            path = Path(parent, name)
+            found[path.relative_to(folder).as_posix()] = path.lstat()
+    return found
 
 
 def check_latest_link(run_dir: Path) -> None:
@@ -158,31 +202,39 @@ def _point_latest(root: Path, target: Path) -> None:
     """`checkpoints/latest` -> step-N, replaced atomically (a symlink, so any tool can load it as a folder)."""
     check_latest_link(root.parent)
     link = root / "latest"
-    temporary = root / f".latest-{os.getpid()}"
-    if temporary.is_symlink() or temporary.exists():
-        temporary.unlink()
+    temporary = root / f".latest-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # never the name of something already there
     os.symlink(target.name, temporary)
     os.replace(temporary, link)
 
 
 def foreign_files(folder: Path) -> Optional[list[str]]:
-    """The files in a checkpoint folder that its writer did not list; None if it kept no list (a checkpoint of an
-    older mlmtrain, which cannot prove what it wrote)."""
+    """What in a checkpoint folder its writer did not write, described ("notes.txt", "model.safetensors changed since
+    saved", "data is a link"); None if it kept no record of sizes and times (a checkpoint of an older mlmtrain, which
+    named its files only: a model saved over it under those names would pass, so nothing in it is provably ours)."""
     try:
-        written = set(json.loads((folder / MANIFEST_FILE).read_text())["files"])
-    except (OSError, ValueError, KeyError, TypeError):
+        record = json.loads((folder / MANIFEST_FILE).read_text())
+        written = {name: (info["size"], info["mtime_ns"]) for name, info in record["written"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return sorted(set(_files_under(folder)) - written)
+    foreign = []
+    for name, info in sorted(_entries_under(folder).items()):
+        if stat.S_ISLNK(info.st_mode):
+            foreign.append(f"{name} is a link")  # mlmtrain writes no links in a checkpoint
+        elif name in written and written[name] != (info.st_size, info.st_mtime_ns):
+            foreign.append(f"{name} changed since saved")
+        elif name not in written and not (name in (MANIFEST_FILE, COMPLETE) and stat.S_ISREG(info.st_mode)):
+            foreign.append(name)  # the record and the marker are written after the record's list is made
+    return foreign
 
 
 def written_by_mlmtrain(entry: Path) -> bool:
     """True for what mlmtrain provably wrote in a checkpoints folder: the `latest` link, a killed save's leftover
-    and a checkpoint holding only the files its list names. A checkpoint without that list (an older mlmtrain)
-    and anything else there may be a user's."""
+    that holds only mlmtrain's files, and a checkpoint whose files all match its record (`foreign_files`). A
+    checkpoint without that record (an older mlmtrain) and anything else there may be a user's."""
     if entry.name == "latest" and entry.is_symlink():
         return True
     if _LEFTOVER.match(entry.name):
-        return True
+        return _leftover_is_ours(entry)
     if _SUPERSEDED.match(entry.name) and entry.is_dir() and not entry.is_symlink():  # `set_aside_later`'s folder
         return all(_STEP_DIR.match(child.name) and written_by_mlmtrain(child) for child in entry.iterdir())
     return bool(_STEP_DIR.match(entry.name)) and entry.is_dir() and not entry.is_symlink() and not foreign_files(entry)
@@ -261,7 +313,11 @@ def prune_checkpoints(
 
 def remove_checkpoint(folder: Path, ignore_errors: bool = False) -> None:
     """Delete a checkpoint folder, its COMPLETE marker first: a kill amid the removal leaves no husk that loads.
-    A folder of set-aside checkpoints (`set_aside_later`) goes checkpoint by checkpoint, the same way."""
+    A folder of set-aside checkpoints (`set_aside_later`) goes checkpoint by checkpoint, the same way; a link is
+    removed as a link, never followed."""
+    if folder.is_symlink():
+        folder.unlink()
+        return
     if _SUPERSEDED.match(folder.name):
         for child in folder.iterdir():
             remove_checkpoint(child, ignore_errors)
@@ -272,7 +328,7 @@ def remove_checkpoint(folder: Path, ignore_errors: bool = False) -> None:
 def why_spared(foreign: Optional[list[str]]) -> str:
     """Why pruning left a checkpoint, in words (from `foreign_files`)."""
     if foreign is None:
-        return "it has no list of the files mlmtrain wrote (an older mlmtrain saved it)"
+        return "it has no record of the sizes and times of the files mlmtrain wrote (an older mlmtrain saved it)"
     named = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
     return f"it holds files mlmtrain did not write ({named})"
 

@@ -65,22 +65,35 @@ def check_replaceable(folder: Path, marker: str, ours: re.Pattern, topic: str, k
 
 
 def remove_dead_staging(parent: Path, prefix: str, ours: re.Pattern) -> None:
-    """Delete `<prefix><pid>-...` temporary folders left by killed processes, when they hold only `ours`.
+    """Delete `<prefix><pid>-...` temporary folders left by killed processes, when they hold only `ours`."""
+    pattern = re.compile(re.escape(prefix) + r"(\d+)(?:-[0-9a-f]+)?(?:\.old)?")
 
-    One named after this very process is a leftover too: this process builds one such folder at a time, so an
+    def only_ours(folder: Path) -> bool:
+        return not folder.is_symlink() and folder.is_dir() and not foreign_entries(folder, ours)
+
+    remove_dead_leftovers(parent, pattern, only_ours)
+
+
+def remove_dead_leftovers(parent: Path, named: re.Pattern, ours: Callable[[Path], bool]) -> None:
+    """Delete what killed processes left in `parent`: each entry whose name `named` matches in full, group 1 being
+    its writer's pid, once that writer is gone, and only when `ours(entry)` proves that it holds nothing but what
+    mlmtrain writes there. A link is removed as a link; a folder is removed with what is in it, links as links.
+
+    One named after this very process is a leftover too: a writer makes such an entry only while it writes, so an
     earlier process with the same pid left it (a container restarted after a kill, where mlmtrain is often pid 1)."""
     if not Path(parent).is_dir():
         return
-    pattern = re.compile(re.escape(prefix) + r"(\d+)(?:-[0-9a-f]+)?(?:\.old)?")
     for child in Path(parent).iterdir():
-        match = pattern.fullmatch(child.name)
-        if not match or child.is_symlink() or not child.is_dir():
+        match = named.fullmatch(child.name)
+        if not match:
             continue
         writer = int(match.group(1))
-        if writer != os.getpid() and process_alive(writer):
+        if (writer != os.getpid() and process_alive(writer)) or not ours(child):
             continue
-        if not foreign_entries(child, ours):
-            shutil.rmtree(child, ignore_errors=True)
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)  # rmtree removes links inside as links
+        else:
+            child.unlink(missing_ok=True)
 
 
 def replace_folder(

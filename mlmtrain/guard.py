@@ -35,9 +35,11 @@ class RunLock:
     def __init__(self, run_dir: Path) -> None:
         check_writable_folder(run_dir, "run", "train.run_dir")
         self.path = run_dir / ".lock"
-        if self.path.is_dir() or (self.path.exists() and not self.path.is_file()):
+        if self.path.is_symlink() or self.path.is_dir() or (self.path.exists() and not self.path.is_file()):
+            # the lock file is truncated and written: through a link, that would be a file elsewhere
+            what = "a link" if self.path.is_symlink() else "a folder"
             raise UserError(
-                "run", f"{self.path} is a folder, where mlmtrain keeps its lock file; move it away, then run again"
+                "run", f"{self.path} is {what}, where mlmtrain keeps its lock file; move it away, then run again"
             )
         self.handle = open(self.path, "a+")
         try:
@@ -88,7 +90,13 @@ def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool, cfg: Co
     checkpoints = ckpt.checkpoints_dir(run_dir)
     if checkpoints.exists() and not checkpoints.is_dir():
         raise UserError("run", f"{checkpoints} is a file, where checkpoints go; move it away, then run again")
-    holds_run = (run_dir / "metrics.jsonl").exists() or checkpoints.exists()
+    if checkpoints.is_symlink() and not checkpoints.exists() and not overwrite:
+        raise UserError(
+            "run",
+            f"{checkpoints} is a link to {os.readlink(checkpoints)}, which does not exist, where checkpoints go; "
+            "create that folder or remove the link, then run again",
+        )
+    holds_run = (run_dir / "metrics.jsonl").exists() or checkpoints.exists() or checkpoints.is_symlink()
     if holds_run and overwrite:
         _remove_the_old_run(run_dir)
     elif not holds_run:
@@ -109,15 +117,21 @@ def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool, cfg: Co
         check_writable_folder(checkpoints, "run", "the checkpoints folder")
 
 
+_RUN_FILES = ("metrics.jsonl", "run.json")  # the files a run writes directly in RUN_DIR that --overwrite removes
+
+
 def _remove_the_old_run(run_dir: Path) -> None:
-    """Delete what the run in run_dir wrote, for --overwrite: checkpoints that list their files, the `latest`
-    link, TensorBoard's event files, metrics.jsonl and run.json. If the checkpoints or tensorboard folder holds
-    anything else (a user's notes, a fine-tuned model), refuse before deleting anything."""
+    """Delete what the run in run_dir wrote, for --overwrite: checkpoints whose files match their record, the
+    `latest` link, TensorBoard's event files, metrics.jsonl and run.json. A link in place of `checkpoints/` or
+    `tensorboard/` is removed as a link: what it points to (another disk, a folder other runs log into) is never
+    listed nor deleted. If the checkpoints or tensorboard folder holds anything else (a user's notes, a fine-tuned
+    model, a link), refuse before deleting anything."""
     checkpoints, board = ckpt.checkpoints_dir(run_dir), run_dir / "tensorboard"
-    ours = sorted(checkpoints.iterdir()) if checkpoints.is_dir() else []
-    events = sorted(board.iterdir()) if board.is_dir() else []
+    links = [folder for folder in (checkpoints, board) if folder.is_symlink()]
+    ours, events = _entries(checkpoints), _entries(board)
     theirs = [entry for entry in ours if not ckpt.written_by_mlmtrain(entry)]
-    theirs += [entry for entry in events if not (_EVENT_FILE.match(entry.name) and entry.is_file())]
+    theirs += [entry for entry in events if not (_EVENT_FILE.match(entry.name) and _plain_file(entry))]
+    theirs += [run_dir / name for name in _RUN_FILES if _folder(run_dir / name)]  # unlink would fail on it, too late
     if theirs:
         named = ", ".join(str(entry) for entry in theirs[:3]) + (f" and {len(theirs) - 3} more" if theirs[3:] else "")
         raise UserError(
@@ -125,7 +139,10 @@ def _remove_the_old_run(run_dir: Path) -> None:
             f"--overwrite would delete {named}, which mlmtrain cannot prove it wrote; move it out of {run_dir} "
             "(or choose another train.run_dir), then run again",
         )
+    targets = {link: os.readlink(link) for link in links}
     try:
+        for link in links:
+            link.unlink()
         for entry in ours:
             if entry.is_dir() and not entry.is_symlink():
                 ckpt.remove_checkpoint(entry)
@@ -139,8 +156,23 @@ def _remove_the_old_run(run_dir: Path) -> None:
     except OSError as error:  # permissions, a file that appeared meanwhile: say so; what is left stays as it is
         reason = f"{error.filename}: {error.strerror}"
         raise UserError("run", f"--overwrite could not remove the old run's {reason}; fix it, then run again") from None
-    for name in ("metrics.jsonl", "run.json"):
+    for name in _RUN_FILES:
         (run_dir / name).unlink(missing_ok=True)
+    for link, target in targets.items():
+        say(f"--overwrite removed the link {link} (to {target}) as a link; what it points to is left as it was")
+
+
+def _entries(folder: Path) -> list[Path]:
+    """What a run folder's `folder` holds; nothing for a link (its target is not the run's to list or delete)."""
+    return sorted(folder.iterdir()) if _folder(folder) else []
+
+
+def _folder(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
+def _plain_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
 
 
 def check_before_start(cfg: Config, device: torch.device, resume_from: Optional[Path]) -> None:
