@@ -190,7 +190,7 @@ def report(
         help="HTML file to write (default: RUN_DIR/report.html; ./report.html for several runs).",
     ),
     png: Optional[Path] = typer.Option(None, "--png", help="Also write each plot as a PNG into this folder."),
-    x: str = typer.Option("steps", "--x", help="x axis of the plots: steps, tokens or time."),
+    x: str = typer.Option("steps", "--x", help="x axis of the plots: steps, tokens, time or flops."),
     check: bool = typer.Option(
         False, "--check", help="Print the health checks instead of writing a page; exit 1 when one fails."
     ),

@@ -10,6 +10,7 @@ mean however unevenly the counted positions fall.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -19,6 +20,7 @@ import torch
 
 from mlmtrain.config import Config
 from mlmtrain.masking import IGNORE_INDEX, VocabInfo, evaluation_masking
+from mlmtrain.model import flops_per_token, padded_vocab_size
 
 
 @dataclass
@@ -29,6 +31,7 @@ class Objective:
     part_names: tuple[str, ...]  # metric names of the parts, beside the weighted total `loss`
     weights: tuple[float, ...]
     is_special: torch.Tensor  # bool over the vocabulary: specials are never scored by the discriminator
+    flops_per_token: int = 0  # training FLOPs per input token of the trained module(s): train.max_flops counts them
 
     def counts(self, batch: Mapping[str, torch.Tensor]) -> list[float]:
         """Each part's denominator in a micro-batch: selected positions (and, for ELECTRA, scored positions)."""
@@ -59,10 +62,43 @@ class Objective:
 
 def objective_of(cfg: Config, vocab: VocabInfo) -> Objective:
     is_special = vocab.is_special(torch.arange(vocab.vocab_size))
+    flops = round(training_flops_per_token(cfg, vocab.vocab_size))
     if cfg.train.objective == "electra":
         weights = (1.0, cfg.electra.discriminator_weight)
-        return Objective("electra", ("generator_loss", "discriminator_loss"), weights, is_special)
-    return Objective("mlm", ("loss",), (1.0,), is_special)
+        return Objective("electra", ("generator_loss", "discriminator_loss"), weights, is_special, flops)
+    return Objective("mlm", ("loss",), (1.0,), is_special, flops)
+
+
+def training_flops_per_token(cfg: Config, vocab_size: int) -> float:
+    """Training FLOPs per input token of what `cfg.train.objective` trains (`model.flops_per_token`'s count:
+    6 x the multiply-accumulates of the matrix products). ELECTRA adds its generator to its discriminator.
+
+    ELECTRA, with H the discriminator's width, G the generator's, V the (padded) vocabulary and f the selection
+    rate (1 with the dense head): the discriminator's encoder plus its H x H + H x 1 head on every token; the
+    generator's encoder, the H x G projection of the shared embedding (when G != H), and its head, G x H then
+    H x V, on the selected positions.
+    """
+    model, seq_len, rate = cfg.model, cfg.data.seq_len, cfg.masking.mlm_probability
+    if cfg.train.objective != "electra":
+        return flops_per_token(model, vocab_size, seq_len, rate, model.sparse_head)
+    shape = cfg.electra.generator_shape(model)
+    generator = dataclasses.replace(
+        model,
+        hidden_size=shape["hidden_size"],
+        num_heads=shape["num_heads"],
+        intermediate_size=shape["intermediate_size"],
+        num_layers=shape["num_layers"],
+    )
+    hidden, width = model.hidden_size, shape["hidden_size"]
+    vocab = padded_vocab_size(vocab_size, model.pad_vocab_multiple)
+    head_share = rate if model.sparse_head else 1.0
+    discriminator_head = hidden * hidden + hidden
+    projection = hidden * width if width != hidden else 0
+    generator_head = head_share * (width * hidden + hidden * vocab)
+    encoders = flops_per_token(model, vocab_size, seq_len, 0.0, True) + flops_per_token(
+        generator, vocab_size, seq_len, 0.0, True
+    )  # a selection rate of 0 with the sparse head: the encoders alone
+    return encoders + 6.0 * (discriminator_head + projection + generator_head)
 
 
 def build_trained(cfg: Config, vocab: VocabInfo) -> Any:

@@ -116,6 +116,7 @@ class TrainState:
     best_eval_loss: float = float("inf")
     best_step: int = -1
     warmup_end_progress: float = 0.0  # budget share used when warm-up ended: decay is measured from there
+    flops: int = 0  # training FLOPs so far: tokens x the objective's FLOPs per token, step by step
 
 
 @dataclass
@@ -252,7 +253,7 @@ def _micro_batches(
 
 
 def budget_progress(cfg: Config, state: TrainState) -> float:
-    """Share of the budget used: the largest of steps, tokens and wall time (whichever are set)."""
+    """Share of the budget used: the largest of steps, tokens, wall time and FLOPs (whichever are set)."""
     t = cfg.train
     parts = [0.0]
     if t.max_steps:
@@ -261,6 +262,8 @@ def budget_progress(cfg: Config, state: TrainState) -> float:
         parts.append(state.tokens / t.max_tokens)
     if t.max_time_seconds:
         parts.append(state.elapsed_s / t.max_time_seconds)
+    if t.max_flops:
+        parts.append(state.flops / t.max_flops)
     return max(parts)
 
 
@@ -341,6 +344,7 @@ def train_step(
     parts.optimizer.zero_grad(set_to_none=True)
     state.step += 1
     state.tokens += int(tokens)
+    state.flops += int(tokens) * objective.flops_per_token
     return StepResult(loss, lr, grad_norm, int(tokens), False, stop_votes > 0, loss_parts)
 
 

@@ -235,6 +235,7 @@ class Loop:
                             {
                                 "step": state.step,
                                 "tokens": state.tokens,
+                                "flops": state.flops,
                                 "loss": result.loss,
                                 **result.parts,
                                 "lr": result.lr,
@@ -270,7 +271,14 @@ class Loop:
     def skipped(self, result: StepResult, reporter: Reporter) -> None:
         """A skipped step is reported; too many in a row stop the run (the last good checkpoint stays)."""
         state = self.state
-        reporter.log({"step": state.step, "tokens": state.tokens, "nonfinite_skipped": state.nonfinite_total})
+        reporter.log(
+            {
+                "step": state.step,
+                "tokens": state.tokens,
+                "flops": state.flops,
+                "nonfinite_skipped": state.nonfinite_total,
+            }
+        )
         reporter.message(
             f"step {state.step + 1}: loss {result.loss}, gradient norm {result.grad_norm}; step skipped "
             f"({state.nonfinite_in_row} in a row)"
@@ -298,7 +306,7 @@ class Loop:
             self.ctx.device,
             parts.autocast_dtype,
         )
-        reporter.log({"step": self.state.step, "tokens": self.state.tokens, **metrics})
+        reporter.log({"step": self.state.step, "tokens": self.state.tokens, "flops": self.state.flops, **metrics})
         reporter.message(f"step {self.state.step}: {summary}")
         return metrics["eval_loss"]
 
@@ -312,7 +320,7 @@ class Loop:
             reporter.message(f"step {state.step}: probe skipped: {error.message}")
             return
         if result is not None:
-            reporter.log({"step": state.step, "tokens": state.tokens, **metric_record(result)})
+            reporter.log({"step": state.step, "tokens": state.tokens, "flops": state.flops, **metric_record(result)})
             reporter.message(f"step {state.step}: {self.live_probe.summary(result)}")
             self.probe_s += result.seconds
 
