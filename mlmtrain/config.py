@@ -287,8 +287,10 @@ class TrainConfig:
         "torch.compile the model: faster steps after compiling first; needs a C++ compiler (CPU) or Triton (CUDA)",
     )
     seed: int = _f(0, "seed of weights, data order and masks")
-    objective: Literal["mlm", "electra"] = _f(
-        "mlm", "mlm: masked language modeling; electra: replaced-token detection (settings in the electra section)"
+    objective: Literal["mlm", "electra", "mlm+nsp", "mlm+sop"] = _f(
+        "mlm",
+        "mlm: masked language modeling; electra: replaced-token detection (settings in the electra section); "
+        "mlm+nsp / mlm+sop: MLM on sentence pairs plus BERT's next-sentence or ALBERT's sentence-order prediction",
     )
     log_every: int = _f(10, "steps between metric lines in metrics.jsonl")
     eval_every: int = _f(500, "steps between validation evaluations; 0 disables")
@@ -439,6 +441,10 @@ class ProbeConfig:
         _check(self.lr > 0, "probe.lr", f"must be > 0 (got {self.lr})")
 
 
+PAIR_OBJECTIVES = ("mlm+nsp", "mlm+sop")  # objectives trained on sentence pairs (BertForPreTraining's two heads)
+MIN_SEGMENT = 4  # tokens each segment of a sentence pair holds at least
+
+
 @dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
@@ -455,6 +461,8 @@ class Config:
     def validate(self) -> None:
         for section in SECTIONS:
             getattr(self, section).validate()
+        if self.train.objective in PAIR_OBJECTIVES:
+            self.validate_pairs()
         if self.train.objective == "electra":
             shape = self.electra.generator_shape(self.model)
             _check(
@@ -478,6 +486,21 @@ class Config:
             "probe.max_length",
             f"({self.probe.max_length}) must be <= model.max_position_embeddings "
             f"({self.model.max_position_embeddings})",
+        )
+
+    def validate_pairs(self) -> None:
+        """Sentence pairs are cut from the token store's documents, two segments of MIN_SEGMENT tokens or more."""
+        objective, shortest = self.train.objective, 3 + 2 * MIN_SEGMENT
+        _check(
+            self.data.seq_len >= shortest,
+            "data.seq_len",
+            f"({self.data.seq_len}) is too short for two segments of train.objective {objective}: [CLS] A [SEP] B "
+            f"[SEP] needs at least {shortest}; raise data.seq_len",
+        )
+        _check(
+            self.data.use_store,
+            "data.use_store",
+            f"is false, but train.objective {objective} cuts its pairs from the token store; set data.use_store: true",
         )
 
     @property

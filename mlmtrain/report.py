@@ -62,6 +62,8 @@ CURVES = (
         ("eval_discriminator_accuracy", "eval_precision", "eval_recall", "eval_auc"),
         "score",
     ),
+    # sentence-pair runs (train.objective: mlm+nsp, mlm+sop)
+    Curve("pair-accuracy", "Sentence-pair accuracy (NSP / SOP)", ("pair_accuracy", "eval_pair_accuracy"), "accuracy"),
     Curve("probe", "Probe scores", ("probe_*",), "score"),
     Curve("learning-rate", "Learning rate", ("lr",), "lr"),
     Curve("grad-norm", "Gradient norm (before clipping)", ("grad_norm",), "norm"),

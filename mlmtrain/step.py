@@ -17,7 +17,7 @@ from typing import Any, Optional
 import torch
 
 from mlmtrain import checkpoint as ckpt
-from mlmtrain.config import Config
+from mlmtrain.config import PAIR_OBJECTIVES, Config
 from mlmtrain.data import (
     BatchLayout,
     LiveMicroBatches,
@@ -248,7 +248,13 @@ def _micro_batches(
             f"token store {cfg.store_dir} was encoded with another tokenizer than "
             f"{cfg.tokenizer_dir}; run `mlmtrain tokenize` again",
         )
-    blocks = StoreBlocks(store, cfg.data.seq_len, cfg.data.packing, tokenizer.cls_token_id, tokenizer.sep_token_id)
+    if cfg.train.objective in PAIR_OBJECTIVES:  # sentence-pair blocks, drawn and masked by their own collator
+        from mlmtrain.pairs import pair_windows
+
+        blocks = pair_windows(cfg, store, tokenizer)
+        collator = blocks.collator(vocab, cfg.masking, cfg.train.seed)
+    else:
+        blocks = StoreBlocks(store, cfg.data.seq_len, cfg.data.packing, tokenizer.cls_token_id, tokenizer.sep_token_id)
     return MicroBatches(blocks, collator, layout, cfg.train.seed, start=state.micro_batches)
 
 

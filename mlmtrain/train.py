@@ -15,7 +15,7 @@ from typing import Any, Optional
 import torch
 
 from mlmtrain import checkpoint as ckpt
-from mlmtrain.config import Config, save_config
+from mlmtrain.config import PAIR_OBJECTIVES, Config, save_config
 from mlmtrain.data import StoreBlocks, evaluation_blocks
 from mlmtrain.distributed import DistContext, gather_objects, init_distributed, on_main, peer_lost, teardown
 from mlmtrain.electra import masking_rate_note
@@ -121,6 +121,11 @@ def eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
     if not cfg.data.use_store:
         return None
     try:
+        if cfg.train.objective in PAIR_OBJECTIVES:  # fixed pairs of the validation documents
+            from mlmtrain.pairs import pair_windows
+
+            windows = pair_windows(cfg, TokenStore(cfg.store_dir, "validation"), tokenizer)
+            return windows, evaluation_blocks(windows, cfg.train.eval_max_blocks)
         blocks = StoreBlocks(
             TokenStore(cfg.store_dir, "validation"),
             cfg.data.seq_len,
