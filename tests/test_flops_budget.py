@@ -118,3 +118,19 @@ def test_the_report_plots_against_flops(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     page = report.write_report([folder], axis="flops")
     assert "x axis: flops" in page.read_text()
+
+
+def test_the_health_checks_know_a_flop_budget(tmp_path: Path) -> None:
+    """The warm-up check judges a max_flops run by the steps its budget comes to (2,000 here), as for max_steps."""
+    from mlmtrain import health
+    from mlmtrain.rundata import load_run
+
+    from .test_report import healthy_spec, write_run
+
+    spec = healthy_spec()
+    for line in spec["train"] + spec["evals"]:
+        line["flops"] = line["tokens"] * 1000
+    spec["config"]["train"] = {"max_steps": None, "max_tokens": None, "max_flops": 2000 * 100_000 * 1000}
+    verdicts = {v.check: v for v in health.run_checks(load_run(write_run(tmp_path / "run", spec)), {})}
+    assert verdicts["warm-up"].status == health.OK, verdicts["warm-up"]
+    assert verdicts["tokens per parameter"].message == "the run plans 200.0 tokens per parameter"
