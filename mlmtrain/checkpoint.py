@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 
-from mlmtrain.config import Config, save_config
+from mlmtrain.config import PAIR_OBJECTIVES, Config, read_yaml, save_config
 from mlmtrain.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.errors import UserError, loader_worker_died
 from mlmtrain.files import remove_dead_leftovers, write_failure
@@ -408,6 +408,8 @@ def check_model_shape(folder: Path, cfg: Config) -> None:
         raise UserError("checkpoint", f"{folder}/config.json is missing or damaged; resume from another one") from None
     objectives = {"bert": "mlm", "electra": "electra"}  # the model type each objective saves
     saved_objective = objectives.get(saved.get("model_type"), saved.get("model_type"))
+    if "BertForPreTraining" in (saved.get("architectures") or []):
+        saved_objective = saved_pair_objective(folder)
     if saved_objective != cfg.train.objective:
         raise UserError(
             "checkpoint",
@@ -429,6 +431,18 @@ def check_model_shape(folder: Path, cfg: Config) -> None:
             )
 
 
+def saved_pair_objective(folder: Path) -> str:
+    """Which pair objective trained a BertForPreTraining checkpoint: its mlmtrain.yaml says (mlm+nsp, BERT's own
+    objective, when the file is missing or says nothing of use)."""
+    try:
+        saved = read_yaml(Path(folder) / "mlmtrain.yaml")
+    except UserError:
+        return PAIR_OBJECTIVES[0]
+    train = saved.get("train")
+    objective = train.get("objective") if isinstance(train, dict) else None
+    return objective if objective in PAIR_OBJECTIVES else PAIR_OBJECTIVES[0]
+
+
 def other_tokenizer_message(folder: Path, cfg: Config) -> str:
     """Why a resume with this tokenizer cannot work, and the way back: the checkpoint's own tokenizer."""
     return (
@@ -439,7 +453,7 @@ def other_tokenizer_message(folder: Path, cfg: Config) -> str:
 
 def load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: str) -> Any:
     """The checkpoint's model, after checking it belongs to this config and tokenizer."""
-    from transformers import BertForMaskedLM
+    from transformers import BertForMaskedLM, BertForPreTraining
 
     from mlmtrain.electra import GENERATOR_DIR, load_electra
     from mlmtrain.masking import VocabInfo
@@ -453,8 +467,9 @@ def load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: s
     try:
         if cfg.train.objective == "electra":
             model = load_electra(folder, cfg, VocabInfo.from_tokenizer(tokenizer))
-        else:
-            model = BertForMaskedLM.from_pretrained(str(folder), attn_implementation="sdpa")
+        else:  # the pair objectives train (and save) BERT's pre-training heads
+            model_class = BertForPreTraining if cfg.train.objective in PAIR_OBJECTIVES else BertForMaskedLM
+            model = model_class.from_pretrained(str(folder), attn_implementation="sdpa")
     except UserError:
         raise
     except Exception as error:  # truncated safetensors and friends

@@ -158,6 +158,28 @@ def fill_mask(
     run_fill_mask_command(model=model, text=text, top_k=top_k, device=device)
 
 
+@app.command("mask-demo")
+def mask_demo(
+    text: str = typer.Argument(..., help="The text to mask (encoded with [CLS] and [SEP], cut to data.seq_len)."),
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", help="Take the masking settings, seed and tokenizer from this config."
+    ),
+    overrides: list[str] = SetOption,
+    tokenizer: Optional[str] = typer.Option(
+        None, "--tokenizer", help="Tokenizer folder or hub name (default: the config's, once `tokenize` built it)."
+    ),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the masks (default: train.seed)."),
+    samples: Optional[int] = typer.Option(
+        None, "--samples", help="Also draw the masks K times: the observed 80/10/10 split and how often each is picked."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Show what MLM masking does to TEXT: the training collator's selected positions, their replacements and labels."""
+    from mlmtrain.commands import run_mask_demo_command
+
+    run_mask_demo_command(text, config, overrides, tokenizer, seed, samples, as_json)
+
+
 @app.command()
 def report(
     run_dirs: list[Path] = typer.Argument(..., help="Run folders (train.run_dir); several are overlaid."),
@@ -168,7 +190,7 @@ def report(
         help="HTML file to write (default: RUN_DIR/report.html; ./report.html for several runs).",
     ),
     png: Optional[Path] = typer.Option(None, "--png", help="Also write each plot as a PNG into this folder."),
-    x: str = typer.Option("steps", "--x", help="x axis of the plots: steps, tokens or time."),
+    x: str = typer.Option("steps", "--x", help="x axis of the plots: steps, tokens, time or flops."),
     check: bool = typer.Option(
         False, "--check", help="Print the health checks instead of writing a page; exit 1 when one fails."
     ),

@@ -267,3 +267,54 @@ def fill_mask_predictions(
         if masks == 1:  # the pipeline nests the list only when there are several masks
             predictions = [predictions]
         yield line, predictions
+
+
+def _demo_tokenizer(cfg: Any, tokenizer: Optional[str], config: Optional[Path]) -> Any:
+    """--tokenizer, else the config's tokenizer folder (or its tokenizer.pretrained) once `tokenize` has built it."""
+    from mlmtrain.tokenizer import is_tokenizer_folder, load_tokenizer
+
+    if tokenizer is not None:
+        return load_tokenizer(tokenizer)
+    if is_tokenizer_folder(cfg.tokenizer_dir):
+        return load_tokenizer(cfg.tokenizer_dir)
+    if cfg.tokenizer.pretrained:
+        return load_tokenizer(cfg.tokenizer.pretrained)
+    given = f" --config {config}" if config is not None else ""
+    raise UserError(
+        "tokenizer",
+        f"the config's tokenizer {cfg.tokenizer_dir} is not built yet; run `mlmtrain tokenize{given}` first, "
+        "or pass --tokenizer DIR",
+    )
+
+
+def run_mask_demo_command(
+    text: str,
+    config: Optional[Path],
+    overrides: Sequence[str],
+    tokenizer: Optional[str],
+    seed: Optional[int],
+    samples: Optional[int],
+    as_json: bool,
+) -> None:
+    """`mlmtrain mask-demo`: the masks the training collator draws for TEXT under the config's masking settings."""
+    from mlmtrain.config import load_config
+    from mlmtrain.mask_demo import as_json as demo_json
+    from mlmtrain.mask_demo import mask_demo, render_text
+
+    if not text.strip():
+        raise UserError("argument", 'TEXT is empty; give a sentence to mask, e.g. mlmtrain mask-demo "The cat sat."')
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise UserError("argument", f"TEXT is not valid UTF-8 ({error.reason}); convert it to UTF-8") from None
+    _positive(samples, "--samples")
+    if seed is not None and abs(seed) > LARGEST_INT:
+        raise UserError("argument", f"--seed is out of range (got {seed}); it must lie within ±{LARGEST_INT}")
+    cfg = load_config(config, list(overrides))
+    loaded = _demo_tokenizer(cfg, tokenizer, config)
+    with quiet_transformers():
+        demo = mask_demo(text, loaded, cfg.masking, cfg.train.seed if seed is None else seed, cfg.data.seq_len, samples)
+    if as_json:
+        print(json.dumps(demo_json(demo)), flush=True)
+    else:
+        print(render_text(demo, loaded.convert_ids_to_tokens), flush=True)

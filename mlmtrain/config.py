@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -286,8 +287,10 @@ class TrainConfig:
         "torch.compile the model: faster steps after compiling first; needs a C++ compiler (CPU) or Triton (CUDA)",
     )
     seed: int = _f(0, "seed of weights, data order and masks")
-    objective: Literal["mlm", "electra"] = _f(
-        "mlm", "mlm: masked language modeling; electra: replaced-token detection (settings in the electra section)"
+    objective: Literal["mlm", "electra", "mlm+nsp", "mlm+sop"] = _f(
+        "mlm",
+        "mlm: masked language modeling; electra: replaced-token detection (settings in the electra section); "
+        "mlm+nsp / mlm+sop: MLM on sentence pairs plus BERT's next-sentence or ALBERT's sentence-order prediction",
     )
     log_every: int = _f(10, "steps between metric lines in metrics.jsonl")
     eval_every: int = _f(500, "steps between validation evaluations; 0 disables")
@@ -295,6 +298,11 @@ class TrainConfig:
     max_nonfinite: int = _f(5, "stop after this many steps in a row skipped for a non-finite loss or gradient")
     tensorboard: bool = _f(False, "also log to TensorBoard (needs the tensorboard package)")
     progress: bool = _f(True, "show a progress bar")
+    max_flops: Union[float, None] = _f(
+        None,
+        "stop after this many training FLOPs (the objective's FLOPs per token x tokens, e.g. 1e15); the schedule "
+        "stretches to fit; replaces the default max_steps, and contradicts max_tokens and a max_steps you set",
+    )
 
     def validate(self) -> None:
         _check(self.batch_size >= 1, "train.batch_size", f"must be >= 1 (got {self.batch_size})")
@@ -306,10 +314,14 @@ class TrainConfig:
                 f"({self.micro_batch_size}) must divide train.batch_size ({self.batch_size})",
             )
         _check(
-            self.max_steps is not None or self.max_tokens is not None or self.max_time is not None,
+            self.max_steps is not None
+            or self.max_tokens is not None
+            or self.max_time is not None
+            or self.max_flops is not None,
             "train.max_steps",
-            "is null, and so are max_tokens and max_time: set at least one budget",
+            "is null, and so are max_tokens, max_time and max_flops: set at least one budget",
         )
+        self.validate_max_flops()
         if self.max_steps is not None:
             _check(self.max_steps >= 1, "train.max_steps", f"must be >= 1 (got {self.max_steps})")
         if self.max_tokens is not None:
@@ -328,6 +340,25 @@ class TrainConfig:
         _check(self.eval_every >= 0, "train.eval_every", "must be >= 0")
         _check(self.eval_max_blocks >= 1, "train.eval_max_blocks", "must be >= 1")
         _check(self.max_nonfinite >= 1, "train.max_nonfinite", "must be >= 1")
+
+    def validate_max_flops(self) -> None:
+        """A FLOP budget sets the run's length alone: max_tokens counts the same tokens in another unit, and a
+        max_steps beside it would end the run (and the schedule) somewhere else. max_time may still cap it."""
+        if self.max_flops is None:
+            return
+        _check(
+            math.isfinite(self.max_flops) and self.max_flops > 0,
+            "train.max_flops",
+            f"must be a finite number > 0 (got {self.max_flops})",
+        )
+        for key in ("max_tokens", "max_steps"):
+            value = getattr(self, key)
+            _check(
+                value is None,
+                f"train.{key}",
+                f"({value}) contradicts train.max_flops ({self.max_flops:g}): both set the run's length; "
+                f"set train.{key}: null or drop train.max_flops",
+            )
 
     @property
     def max_time_seconds(self) -> Union[float, None]:
@@ -410,6 +441,10 @@ class ProbeConfig:
         _check(self.lr > 0, "probe.lr", f"must be > 0 (got {self.lr})")
 
 
+PAIR_OBJECTIVES = ("mlm+nsp", "mlm+sop")  # objectives trained on sentence pairs (BertForPreTraining's two heads)
+MIN_SEGMENT = 4  # tokens each segment of a sentence pair holds at least
+
+
 @dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
@@ -426,6 +461,8 @@ class Config:
     def validate(self) -> None:
         for section in SECTIONS:
             getattr(self, section).validate()
+        if self.train.objective in PAIR_OBJECTIVES:
+            self.validate_pairs()
         if self.train.objective == "electra":
             shape = self.electra.generator_shape(self.model)
             _check(
@@ -449,6 +486,21 @@ class Config:
             "probe.max_length",
             f"({self.probe.max_length}) must be <= model.max_position_embeddings "
             f"({self.model.max_position_embeddings})",
+        )
+
+    def validate_pairs(self) -> None:
+        """Sentence pairs are cut from the token store's documents, two segments of MIN_SEGMENT tokens or more."""
+        objective, shortest = self.train.objective, 3 + 2 * MIN_SEGMENT
+        _check(
+            self.data.seq_len >= shortest,
+            "data.seq_len",
+            f"({self.data.seq_len}) is too short for two segments of train.objective {objective}: [CLS] A [SEP] B "
+            f"[SEP] needs at least {shortest}; raise data.seq_len",
+        )
+        _check(
+            self.data.use_store,
+            "data.use_store",
+            f"is false, but train.objective {objective} cuts its pairs from the token store; set data.use_store: true",
         )
 
     @property
@@ -668,6 +720,8 @@ def config_from_dict(tree: dict[str, Any]) -> Config:
             raise UserError("config", f"unknown section '{name}'{_suggest(str(name), list(SECTIONS))}")
     hints = typing.get_type_hints(Config)
     config = Config(**{name: _build_section(name, hints[name], tree.get(name)) for name in SECTIONS})
+    if config.train.max_flops is not None and "max_steps" not in (tree.get("train") or {}):
+        config.train.max_steps = None  # a FLOP budget replaces the default step budget, not one the user set
     electra_keys = sorted(tree.get("electra") or {})
     if electra_keys and config.train.objective != "electra":
         raise UserError(

@@ -256,13 +256,24 @@ def _tokens_per_step(run: Run) -> Optional[float]:
     return float(loss.tokens[-1] / loss.step[-1])
 
 
+def _flops_per_step(run: Run) -> Optional[float]:
+    flops = run.get("flops")
+    if flops is None or not np.isfinite(flops.value[-1]) or flops.step[-1] <= 0:
+        return None
+    return float(flops.value[-1] / flops.step[-1])
+
+
 def _planned_steps(run: Run) -> Optional[float]:
-    """The run's length in steps: max_steps, or what max_tokens comes to at the logged tokens per step."""
+    """The run's length in steps: max_steps, or what max_tokens (max_flops) comes to at the logged tokens (FLOPs)
+    per step."""
     steps, tokens = run.setting("train", "max_steps"), run.setting("train", "max_tokens")
     per_step = _tokens_per_step(run)
     candidates = [float(steps)] if steps else []
     if tokens and per_step:
         candidates.append(tokens / per_step)
+    flops, flops_per_step = run.setting("train", "max_flops"), _flops_per_step(run)
+    if flops and flops_per_step:
+        candidates.append(flops / flops_per_step)
     return min(candidates) if candidates else None  # the first budget reached ends the run
 
 

@@ -27,7 +27,7 @@ from mlmtrain.rundata import Run, Series, flatten, load_runs
 
 GENERATOR = '<meta name="generator" content="mlmtrain report">'  # marks a page this tool may replace
 PNG_MARK = "mlmtrain report"
-AXES = ("steps", "tokens", "time")
+AXES = ("steps", "tokens", "time", "flops")
 INSTALL_HINT = "pip install 'mlmtrain[report]' (or pip install matplotlib)"
 MAX_POINTS = 4000  # per plotted line: a longer raw series is thinned (the smoothed line uses every point)
 
@@ -62,6 +62,8 @@ CURVES = (
         ("eval_discriminator_accuracy", "eval_precision", "eval_recall", "eval_auc"),
         "score",
     ),
+    # sentence-pair runs (train.objective: mlm+nsp, mlm+sop)
+    Curve("pair-accuracy", "Sentence-pair accuracy (NSP / SOP)", ("pair_accuracy", "eval_pair_accuracy"), "accuracy"),
     Curve("probe", "Probe scores", ("probe_*",), "score"),
     Curve("learning-rate", "Learning rate", ("lr",), "lr"),
     Curve("grad-norm", "Gradient norm (before clipping)", ("grad_norm",), "norm"),
@@ -99,6 +101,8 @@ def _x_values(run: Run, series: Series, axis: str) -> Optional[np.ndarray]:
         return series.step.astype(np.float64)
     if axis == "tokens":
         return series.tokens
+    if axis == "flops":
+        return run.interpolated("flops", series.step)
     return run.elapsed_at(series.step)
 
 
@@ -150,7 +154,14 @@ def draw_curve(curve: Curve, runs: list[Run], axis: str) -> Optional[Any]:
     if not drawn:
         return None
     ax.set_title(curve.title, fontsize=10)
-    ax.set_xlabel({"steps": "optimizer step", "tokens": "training tokens", "time": f"wall time ({unit})"}[axis])
+    ax.set_xlabel(
+        {
+            "steps": "optimizer step",
+            "tokens": "training tokens",
+            "time": f"wall time ({unit})",
+            "flops": "training FLOPs",
+        }[axis]
+    )
     ax.set_ylabel(curve.ylabel)
     if curve.log_y:
         ax.set_yscale("log")

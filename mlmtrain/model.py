@@ -34,6 +34,16 @@ def build_model(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertForMasked
     labels, so training only pushes their logits down. The decoder weight is the word embedding (tied) and the
     result is a stock HF model: `save_pretrained` + `AutoModelForMaskedLM.from_pretrained` need nothing of ours.
     """
+    model = BertForMaskedLM(bert_config(cfg, vocab_size, pad_id))
+    # transformers 5.x ties through `_tied_weights_keys` in post_init; fail loudly if a future version stops doing
+    # so, because an untied decoder silently doubles the embedding parameters and changes the checkpoint.
+    if model.cls.predictions.decoder.weight is not model.bert.embeddings.word_embeddings.weight:
+        raise RuntimeError("BertForMaskedLM did not tie the decoder to the word embedding")
+    return model
+
+
+def bert_config(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertConfig:
+    """The `BertConfig` of `cfg` for a tokenizer of `vocab_size` tokens (rows padded to pad_vocab_multiple)."""
     if vocab_size < 1:
         raise UserError("model", f"the tokenizer's vocabulary is empty (vocab_size={vocab_size})")
     if not 0 <= pad_id < vocab_size:
@@ -42,7 +52,7 @@ def build_model(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertForMasked
             f"pad token id {pad_id} is outside the vocabulary [0, {vocab_size}); "
             "the tokenizer folder must define [PAD]",
         )
-    config = BertConfig(
+    return BertConfig(
         vocab_size=padded_vocab_size(vocab_size, cfg.pad_vocab_multiple),
         hidden_size=cfg.hidden_size,
         num_hidden_layers=cfg.num_layers,
@@ -55,12 +65,6 @@ def build_model(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertForMasked
         tie_word_embeddings=True,
         attn_implementation="sdpa",
     )
-    model = BertForMaskedLM(config)
-    # transformers 5.x ties through `_tied_weights_keys` in post_init; fail loudly if a future version stops doing
-    # so, because an untied decoder silently doubles the embedding parameters and changes the checkpoint.
-    if model.cls.predictions.decoder.weight is not model.bert.embeddings.word_embeddings.weight:
-        raise RuntimeError("BertForMaskedLM did not tie the decoder to the word embedding")
-    return model
 
 
 # The attention of a model being trained: HF's SDPA attention, except under autocast on the CPU, where it runs in
@@ -162,6 +166,10 @@ class MaskedLM(torch.nn.Module):
         # reach the same place; packed blocks have no padding, so pass None.
         # tests/test_model.py::test_unmasked_batch_reaches_sdpa_without_a_mask guards this against upgrades.
         hidden = self.mlm.bert(input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.head_loss(hidden, labels)
+
+    def head_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The summed float32 cross-entropy of the MLM head over the selected positions of `hidden` [B,T,H]."""
         if self.sparse_head:
             # The head (H x H transform, H x V decoder) is most of the cost of a small BERT; run it on the ~15 %
             # selected rows only.
@@ -177,7 +185,7 @@ class MaskedLM(torch.nn.Module):
                 logits = head.decoder(transformed)
         else:
             with head_autocast(hidden.device, self.head_dtype):
-                logits = self.mlm.cls(hidden).flatten(0, 1)
+                logits = self.mlm.cls.predictions(hidden).flatten(0, 1)  # BertForPreTraining's heads too
             targets = labels.flatten()
         # With no selected position the sum over an empty set is an exact 0 that still hangs off the graph (through
         # the empty head matmul), so backward runs and every parameter gets a zero gradient, as DDP expects.

@@ -69,11 +69,15 @@ class Run:
 
     def elapsed_at(self, steps: np.ndarray) -> Optional[np.ndarray]:
         """Wall seconds at these steps, interpolated from the training lines (eval lines carry no time)."""
-        elapsed = self.get("elapsed_s")
-        if elapsed is None:
+        return self.interpolated("elapsed_s", steps)
+
+    def interpolated(self, key: str, steps: np.ndarray) -> Optional[np.ndarray]:
+        """The logged `key` (elapsed_s, flops) at these steps, interpolated; None when the run never logged it."""
+        found = self.get(key)
+        if found is None:
             return None
-        elapsed = elapsed.finite()
-        return np.interp(steps, elapsed.step, elapsed.value) if len(elapsed) else None
+        found = found.finite()
+        return np.interp(steps, found.step, found.value) if len(found) else None
 
 
 def _number(value: Any) -> Optional[float]:

@@ -18,7 +18,7 @@ from typing import Any, Optional
 import torch
 
 from mlmtrain import checkpoint as ckpt
-from mlmtrain.config import Config
+from mlmtrain.config import PAIR_OBJECTIVES, Config
 from mlmtrain.data import (
     BatchLayout,
     LiveMicroBatches,
@@ -117,6 +117,7 @@ class TrainState:
     best_eval_loss: float = float("inf")
     best_step: int = -1
     warmup_end_progress: float = 0.0  # budget share used when warm-up ended: decay is measured from there
+    flops: int = 0  # training FLOPs so far: tokens x the objective's FLOPs per token, step by step
 
 
 @dataclass
@@ -252,12 +253,18 @@ def _micro_batches(
             f"token store {cfg.store_dir} was encoded with another tokenizer than "
             f"{cfg.tokenizer_dir}; run `mlmtrain tokenize` again",
         )
-    blocks = StoreBlocks(store, cfg.data.seq_len, cfg.data.packing, tokenizer.cls_token_id, tokenizer.sep_token_id)
+    if cfg.train.objective in PAIR_OBJECTIVES:  # sentence-pair blocks, drawn and masked by their own collator
+        from mlmtrain.pairs import pair_windows
+
+        blocks = pair_windows(cfg, store, tokenizer)
+        collator = blocks.collator(vocab, cfg.masking, cfg.train.seed)
+    else:
+        blocks = StoreBlocks(store, cfg.data.seq_len, cfg.data.packing, tokenizer.cls_token_id, tokenizer.sep_token_id)
     return MicroBatches(blocks, collator, layout, cfg.train.seed, start=state.micro_batches)
 
 
 def budget_progress(cfg: Config, state: TrainState) -> float:
-    """Share of the budget used: the largest of steps, tokens and wall time (whichever are set)."""
+    """Share of the budget used: the largest of steps, tokens, wall time and FLOPs (whichever are set)."""
     t = cfg.train
     parts = [0.0]
     if t.max_steps:
@@ -266,6 +273,8 @@ def budget_progress(cfg: Config, state: TrainState) -> float:
         parts.append(state.tokens / t.max_tokens)
     if t.max_time_seconds:
         parts.append(state.elapsed_s / t.max_time_seconds)
+    if t.max_flops:
+        parts.append(state.flops / t.max_flops)
     return max(parts)
 
 
@@ -345,6 +354,7 @@ def train_step(
     parts.optimizer.zero_grad(set_to_none=True)
     state.step += 1
     state.tokens += int(tokens)
+    state.flops += int(tokens) * objective.flops_per_token
     return StepResult(loss, lr, grad_norm, int(tokens), False, stop_votes > 0, loss_parts)
 
 

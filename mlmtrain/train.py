@@ -15,7 +15,7 @@ from typing import Any, Optional
 import torch
 
 from mlmtrain import checkpoint as ckpt
-from mlmtrain.config import Config, save_config
+from mlmtrain.config import PAIR_OBJECTIVES, Config, save_config
 from mlmtrain.data import StoreBlocks, evaluation_blocks
 from mlmtrain.distributed import DistContext, gather_objects, init_distributed, on_main, peer_lost, teardown
 from mlmtrain.downstream import LiveProbe, ProbeDiverged, Task, live_task, metric_record
@@ -121,6 +121,11 @@ def eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
     if not cfg.data.use_store:
         return None
     try:
+        if cfg.train.objective in PAIR_OBJECTIVES:  # fixed pairs of the validation documents
+            from mlmtrain.pairs import pair_windows
+
+            windows = pair_windows(cfg, TokenStore(cfg.store_dir, "validation"), tokenizer)
+            return windows, evaluation_blocks(windows, cfg.train.eval_max_blocks)
         blocks = StoreBlocks(
             TokenStore(cfg.store_dir, "validation"),
             cfg.data.seq_len,
@@ -235,6 +240,7 @@ class Loop:
                             {
                                 "step": state.step,
                                 "tokens": state.tokens,
+                                "flops": state.flops,
                                 "loss": result.loss,
                                 **result.parts,
                                 "lr": result.lr,
@@ -270,7 +276,14 @@ class Loop:
     def skipped(self, result: StepResult, reporter: Reporter) -> None:
         """A skipped step is reported; too many in a row stop the run (the last good checkpoint stays)."""
         state = self.state
-        reporter.log({"step": state.step, "tokens": state.tokens, "nonfinite_skipped": state.nonfinite_total})
+        reporter.log(
+            {
+                "step": state.step,
+                "tokens": state.tokens,
+                "flops": state.flops,
+                "nonfinite_skipped": state.nonfinite_total,
+            }
+        )
         reporter.message(
             f"step {state.step + 1}: loss {result.loss}, gradient norm {result.grad_norm}; step skipped "
             f"({state.nonfinite_in_row} in a row)"
@@ -298,7 +311,7 @@ class Loop:
             self.ctx.device,
             parts.autocast_dtype,
         )
-        reporter.log({"step": self.state.step, "tokens": self.state.tokens, **metrics})
+        reporter.log({"step": self.state.step, "tokens": self.state.tokens, "flops": self.state.flops, **metrics})
         reporter.message(f"step {self.state.step}: {summary}")
         return metrics["eval_loss"]
 
@@ -312,7 +325,7 @@ class Loop:
             reporter.message(f"step {state.step}: probe skipped: {error.message}")
             return
         if result is not None:
-            reporter.log({"step": state.step, "tokens": state.tokens, **metric_record(result)})
+            reporter.log({"step": state.step, "tokens": state.tokens, "flops": state.flops, **metric_record(result)})
             reporter.message(f"step {state.step}: {self.live_probe.summary(result)}")
             self.probe_s += result.seconds
 

@@ -13,6 +13,7 @@ COMMANDS = [
     ["pretrain"],
     ["eval-perplexity"],
     ["fill-mask"],
+    ["mask-demo"],
     ["report"],
     ["config", "show"],
     ["config", "fields"],
