@@ -166,10 +166,13 @@ class MaskedLM(torch.nn.Module):
         # reach the same place; packed blocks have no padding, so pass None.
         # tests/test_model.py::test_unmasked_batch_reaches_sdpa_without_a_mask guards this against upgrades.
         hidden = self.mlm.bert(input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.head_loss(hidden, labels)
+        return self.head_loss(hidden, labels, selected_positions)
 
-    def head_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """The summed float32 cross-entropy of the MLM head over the selected positions of `hidden` [B,T,H]."""
+    def head_loss(
+        self, hidden: torch.Tensor, labels: torch.Tensor, selected_positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The summed float32 cross-entropy of the MLM head over the selected positions of `hidden` [B,T,H]
+        (`selected_positions`: the collator's, where the batch has them; `head_rows`)."""
         if self.sparse_head:
             # The head (H x H transform, H x V decoder) is most of the cost of a small BERT; run it on the ~15 %
             # selected rows only.
