@@ -494,7 +494,7 @@ def linear_probe(encoder: Any, prepared: PreparedTask, settings: ProbeSettings, 
                 weights = _fit_ridge(train, prepared.train.targets, l2)
             else:
                 weights = _fit_logistic(train, prepared.train.targets, l2, weights, bar)
-            bar.update(fits * number // len(_L2_GRID) - bar.n)  # a fit that converged early: on to the next
+            bar.update(max(0, fits * number // len(_L2_GRID) - bar.n))  # a fit that converged early: on to the next
             valid_scores = _linear_scores(task, weights, valid, prepared.valid.targets)
             if best is None or headline(valid_scores) > headline(best[1]):
                 best = (l2, valid_scores, weights)
