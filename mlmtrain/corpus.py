@@ -41,7 +41,7 @@ _JSON_READ_CHARS = 1 << 16  # text read at a time into the incremental parser of
 _PARQUET_BATCH_ROWS = 256  # rows per record batch: small, since one row may be a long document
 _BLANK_LINES = re.compile(r"\n\s*\n")
 _SPACES = re.compile(r"\s*")
-_LONE_RETURN = re.compile(rb"(?<=\r)(?!\n)")  # the point after a \r that no \n follows: a line end of its own
+_LONE_RETURN = re.compile(rb"(?<=\r)(?!\n)")  # the point after a CR that no LF follows: a line end of its own
 
 
 @dataclass
@@ -92,8 +92,9 @@ def _record_text(record: Any, field: str, where: str) -> str:
 
 
 def _split_lone_returns(handle: Iterable[bytes]) -> Iterator[bytes]:
-    """A binary file's lines ending in \n, \r\n or a lone \r (old Mac files end every line in \r alone, which
-    binary reading does not split at), line ends kept. A \r byte is never part of a multi-byte UTF-8 character."""
+    """A binary file's lines, each ending in LF, CR LF or a lone CR (old Mac files end every line in CR alone,
+    which binary reading does not split at), line ends kept. A CR byte is never part of a multi-byte UTF-8 character.
+    """
     for raw in handle:
         if b"\r" not in raw or raw.find(b"\r") == len(raw) - 2 and raw.endswith(b"\r\n"):  # the usual line: as is
             yield raw
