@@ -363,7 +363,9 @@ class ReportConfig:
     tokens_per_word: float = _f(2.0, "health: largest acceptable WordPiece tokens per whitespace word")
     duplicate_share: float = _f(0.05, "health: largest acceptable share of exact duplicate training documents")
     tokens_per_param: float = _f(20.0, "health: fewest training tokens per model parameter the run should plan for")
-    warmup_share: float = _f(0.5, "health: largest share of the run that optim.warmup_steps may take")
+    warmup_share: float = _f(
+        0.5, "health: largest share of the run that optim.warmup_steps (one-cycle: optim.cycle_peak) may take"
+    )
 
     def validate(self) -> None:
         for name in ("data_wait_share", "plateau_lr_share", "unk_rate", "duplicate_share", "warmup_share"):
