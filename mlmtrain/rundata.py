@@ -192,19 +192,41 @@ def safetensors_parameters(path: Path) -> Optional[int]:
             if length > 100_000_000:
                 return None
             header = json.loads(handle.read(length))
-    except (OSError, ValueError, struct.error):
+    except (OSError, ValueError, RecursionError, struct.error):
         return None
-    return sum(int(np.prod(entry["shape"])) for key, entry in header.items() if key != "__metadata__")
+    if not isinstance(header, dict):
+        return None
+    total = 0
+    for key, entry in header.items():
+        shape = entry.get("shape") if isinstance(entry, dict) and key != "__metadata__" else []
+        if not isinstance(shape, list) or not all(_is_count(n) for n in shape):
+            return None  # a damaged or hand-made header: the size is unknown, not a traceback
+        total += math.prod(shape)
+    return total if _is_count(total) else None
+
+
+def _is_count(value: Any) -> bool:
+    """A non-negative integer that 64 bits (and so a float, roughly) hold."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
 
 
 def _store_meta(run_dir: Path, config: dict[str, Any]) -> Optional[dict[str, Any]]:
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
-    folder = Path(data["store"]) if data.get("store") else run_dir / "tokens"
+    folder = Path(data["store"]) if isinstance(data.get("store"), str) and data["store"] else run_dir / "tokens"
     try:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
-    return meta if isinstance(meta, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    # the checks read counts per split: keep those that are counts, so a hand-edited figure leaves its check n/a
+    splits = meta.get("splits") if isinstance(meta.get("splits"), dict) else {}
+    meta["splits"] = {
+        name: {key: value for key, value in figures.items() if _is_count(value)}
+        for name, figures in splits.items()
+        if isinstance(figures, dict)
+    }
+    return meta
 
 
 def _read_config(path: Path, notes: list[str]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ text that can be read, reads it right), with no traceback.
 from __future__ import annotations
 
 import json
+import struct
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -175,6 +176,32 @@ def test_settings_no_float_holds_leave_a_check_unjudged(tmp_path: Path) -> None:
     spec["config"]["optim"]["warmup_steps"] = HUGE
     verdict = verdicts_of(write_run(tmp_path / "run", spec))["warm-up"]
     assert verdict.status == health.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    "shape", [[HUGE], [2**40, 2**40], "12", [1.5], [-3]], ids=["huge", "product", "text", "float", "negative"]
+)
+def test_a_checkpoint_header_with_shapes_no_count_holds_leaves_the_size_unknown(shape: Any, tmp_path: Path) -> None:
+    """A hand-made safetensors header of a 400-digit shape used to stop the report on an OverflowError."""
+    folder = write_run(tmp_path / "run", healthy_spec())
+    header = json.dumps({"w": {"dtype": "F32", "shape": shape, "data_offsets": [0, 0]}}).encode()
+    weights = folder / "checkpoints" / "step-2000" / "model.safetensors"
+    weights.write_bytes(struct.pack("<Q", len(header)) + header)
+    assert load_run(folder).parameters is None
+    assert verdicts_of(folder)["tokens per parameter"].status == health.UNKNOWN
+    assert report.check_runs([folder]) is False
+
+
+@pytest.mark.parametrize("tokens", [HUGE, "many", -5, None, 1.5], ids=["huge", "text", "negative", "null", "float"])
+def test_store_figures_that_are_not_counts_leave_their_checks_unjudged(tokens: Any, tmp_path: Path) -> None:
+    folder = write_run(tmp_path / "run", healthy_spec())
+    meta = json.loads((folder / "tokens" / "meta.json").read_text())
+    meta["splits"]["train"]["tokens"] = meta["splits"]["validation"]["tokens"] = tokens
+    (folder / "tokens" / "meta.json").write_text(json.dumps(meta))
+    verdicts = verdicts_of(folder)
+    for check in ("overfitting", "unknown tokens", "tokens per word"):
+        assert verdicts[check].status == health.UNKNOWN, verdicts[check]
+    assert report.check_runs([folder]) is False
 
 
 def test_an_empty_metrics_file_leaves_tokens_per_parameter_unjudged(tmp_path: Path) -> None:
