@@ -250,6 +250,10 @@ def load_task(
                 records[split] = (read_records(path), str(path))
     for split, path in (("train", train), ("valid", valid), ("test", test)):
         if path is not None:
+            if Path(path).is_dir():
+                raise _task_error(
+                    f"--{split} {path} is a folder; pass a .jsonl, .csv or .parquet file (or the folder as --task)"
+                )
             if not Path(path).is_file():
                 raise _task_error(f"--{split} {path} does not exist; pass an existing .jsonl, .csv or .parquet file")
             records[split] = (read_records(Path(path)), path)

@@ -274,6 +274,13 @@ def test_labels_of_two_types_name_the_odd_record(tmp_path: Path) -> None:
         load_task(str(tmp_path), TaskFields())
 
 
+def test_a_split_file_that_is_a_folder_says_so(model_folder: Path, task: Path, capsys: pytest.CaptureFixture) -> None:
+    """`--train FOLDER` used to say the file "does not exist"."""
+    code, lines = run_cli(capsys, "probe", *probe_args(model_folder, task), "--train", str(task))
+    assert code == 2
+    assert_one_error_line(lines, f"--train {task} is a folder", "as --task")
+
+
 def test_a_live_probe_that_diverges_names_the_config_key(model_folder: Path, task: Path) -> None:
     """The live probe's message used to say "try a lower --lr", an option pretrain does not have."""
     settings = ["probe.mode=finetune", "probe.lr=1e30", "probe.max_length=32", "probe.batch_size=4"]
