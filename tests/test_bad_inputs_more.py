@@ -213,6 +213,7 @@ def test_an_empty_metrics_file_leaves_tokens_per_parameter_unjudged(tmp_path: Pa
     verdict = verdicts_of(folder)["tokens per parameter"]
     assert verdict.status == health.UNKNOWN, verdict
     assert "no token count logged yet" in verdict.message
+    assert report.check_runs([folder]) is False  # nothing logged is nothing failed
 
 
 @pytest.mark.parametrize("peak,status", [(0.5, health.OK), (0.8, health.FAIL)])
