@@ -158,7 +158,9 @@ def read_metrics(path: Path) -> tuple[dict[str, Series], list[str]]:
         notes.append(f"{len(unreadable)} unreadable line(s) in {path.name} skipped (line {_lines_shown(unreadable)})")
     if not_numbers:
         count = sum(len(found) for found in not_numbers.values())
-        where = "; ".join(f"{key} (line {_lines_shown(found)})" for key, found in sorted(not_numbers.items()))
+        keys = sorted(not_numbers.items())
+        where = "; ".join(f"{key} (line {_lines_shown(found)})" for key, found in keys[:5])
+        where += "; ..." if len(keys) > 5 else ""
         notes.append(f"{count} value(s) in {path.name} that are not numbers (or too large for one) skipped: {where}")
     series = {
         key: Series(

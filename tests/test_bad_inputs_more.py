@@ -163,6 +163,13 @@ def test_text_where_a_number_belongs_is_noted(tmp_path: Path) -> None:
     ]
 
 
+def test_the_note_names_five_keys_at_most(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps({"step": 1, **{f"key{i}": "text" for i in range(7)}}) + "\n")
+    _, notes = read_metrics(path)
+    assert notes[0].count("(line 1)") == 5 and notes[0].endswith("key4 (line 1); ..."), notes
+
+
 def test_a_line_nested_too_deeply_is_an_unreadable_line(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1, "loss": 2.0}\n' + "[" * 100_000 + "\n" + '{"step": 2, "loss": 1.0}\n')
