@@ -40,12 +40,26 @@ def _device(name: str) -> torch.device:
         raise UserError("argument", error.message.replace("train.device", "--device")) from None
 
 
-def _checkpoint_seq_len(folder: Path) -> Optional[int]:
-    """data.seq_len of the mlmtrain.yaml saved beside the weights (None when the folder has none)."""
+def _saved_config(folder: Path) -> Optional[Path]:
+    """The mlmtrain.yaml that describes the model in `folder`: its own, or for the `generator/` of an ELECTRA
+    checkpoint the one beside the discriminator, so the generator is scored as its whole checkpoint is."""
+    from mlmtrain.electra import GENERATOR_DIR, generator_folder
+
+    if (folder / "mlmtrain.yaml").is_file():
+        return folder / "mlmtrain.yaml"
+    folder = folder.absolute()
+    # with generator/config.json there, generator_folder answers (it raises only for a discriminator without one)
+    if folder.name == GENERATOR_DIR and (folder / "config.json").is_file() and generator_folder(folder.parent):
+        saved = folder.parent / "mlmtrain.yaml"
+        return saved if saved.is_file() else None
+    return None
+
+
+def _checkpoint_seq_len(saved: Optional[Path]) -> Optional[int]:
+    """data.seq_len of a saved mlmtrain.yaml (None when there is none)."""
     from mlmtrain.config import read_yaml
 
-    saved = folder / "mlmtrain.yaml"
-    if not saved.is_file():
+    if saved is None:
         return None
     settings = read_yaml(saved)
     data = settings.get("data") if isinstance(settings, dict) else None  # a damaged file: the model's own length
@@ -107,7 +121,8 @@ def run_eval_command(
         corpus, source = corpus_splits(cfg.data)[1], f"the validation split of {config}"
     seq_len_from = "--seq-len"
     if seq_len is None:
-        seq_len, seq_len_from = _checkpoint_seq_len(checkpoint), f"data.seq_len of {checkpoint / 'mlmtrain.yaml'}"
+        saved = _saved_config(checkpoint)
+        seq_len, seq_len_from = _checkpoint_seq_len(saved), f"data.seq_len of {saved}"
     if seq_len is None:
         seq_len, seq_len_from = DEFAULT_SEQ_LEN, "the default --seq-len"
     if seq_len < 8:

@@ -393,7 +393,9 @@ class ReportConfig:
     tokens_per_word: float = _f(2.0, "health: largest acceptable WordPiece tokens per whitespace word")
     duplicate_share: float = _f(0.05, "health: largest acceptable share of exact duplicate training documents")
     tokens_per_param: float = _f(20.0, "health: fewest training tokens per model parameter the run should plan for")
-    warmup_share: float = _f(0.5, "health: largest share of the run that optim.warmup_steps may take")
+    warmup_share: float = _f(
+        0.5, "health: largest share of the run that optim.warmup_steps (one-cycle: optim.cycle_peak) may take"
+    )
 
     def validate(self) -> None:
         for name in ("data_wait_share", "plateau_lr_share", "unk_rate", "duplicate_share", "warmup_share"):
@@ -587,6 +589,8 @@ def load_yaml_text(text: str, name: str) -> Any:
 def read_yaml(path: Union[str, Path]) -> dict[str, Any]:
     """The mapping in a YAML config file; a clear UserError for a missing or malformed file."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError("config", f"{path} is a folder, not a file; pass a YAML file to --config")
     if not path.is_file():
         raise UserError("config", f"file {path} does not exist; pass an existing YAML file to --config")
     try:
@@ -681,7 +685,10 @@ def _coerce(value: Any, annotation: Any) -> tuple[bool, Any]:
         if isinstance(value, bool):
             return False, value
         if isinstance(value, (int, float)):
-            return True, float(value)
+            try:
+                return True, float(value)
+            except OverflowError:  # an integer of hundreds of digits: no float holds it, `_build_section` says so
+                return True, math.inf
         if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
             try:
                 return True, float(value)
@@ -691,6 +698,18 @@ def _coerce(value: Any, annotation: Any) -> tuple[bool, Any]:
     if annotation is str:
         return isinstance(value, str), value
     return False, value
+
+
+def _has_nonfinite(value: Any) -> bool:
+    """Whether a coerced value is, or (a list) holds, a float that is nan or infinite."""
+    if isinstance(value, list):
+        return any(_has_nonfinite(item) for item in value)
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _shown(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else f"{text[:12]}... ({len(text)} characters)"
 
 
 def _build_section(name: str, cls: type, values: Any) -> Any:
@@ -709,6 +728,8 @@ def _build_section(name: str, cls: type, values: Any) -> Any:
             raise UserError("config", f"{name}.{key} must be {_type_name(hints[key])} (got {value!r})")
         if isinstance(coerced, int) and not isinstance(coerced, bool) and not -LARGEST_INT <= coerced <= LARGEST_INT:
             raise UserError("config", f"{name}.{key} is out of range (got {value}); it must lie within ±{LARGEST_INT}")
+        if _has_nonfinite(coerced):  # nan passes every `x > 0` check by failing none of them; inf is no setting
+            raise UserError("config", f"{name}.{key} must be a finite number (got {_shown(value)})")
         kwargs[key] = coerced
     return cls(**kwargs)
 

@@ -41,6 +41,7 @@ _JSON_READ_CHARS = 1 << 16  # text read at a time into the incremental parser of
 _PARQUET_BATCH_ROWS = 256  # rows per record batch: small, since one row may be a long document
 _BLANK_LINES = re.compile(r"\n\s*\n")
 _SPACES = re.compile(r"\s*")
+_LONE_RETURN = re.compile(rb"(?<=\r)(?!\n)")  # the point after a CR that no LF follows: a line end of its own
 
 
 @dataclass
@@ -90,11 +91,22 @@ def _record_text(record: Any, field: str, where: str) -> str:
 # Reading files
 
 
+def _split_lone_returns(handle: Iterable[bytes]) -> Iterator[bytes]:
+    """A binary file's lines, each ending in LF, CR LF or a lone CR (old Mac files end every line in CR alone,
+    which binary reading does not split at), line ends kept. A CR byte is never part of a multi-byte UTF-8 character.
+    """
+    for raw in handle:
+        if b"\r" not in raw or raw.find(b"\r") == len(raw) - 2 and raw.endswith(b"\r\n"):  # the usual line: as is
+            yield raw
+            continue
+        yield from (piece for piece in _LONE_RETURN.split(raw) if piece)
+
+
 def _lines(path: Path, compressed: bool, stats: CorpusStats) -> Iterator[str]:
-    """Decoded lines (newline kept), read one at a time; undecodable bytes become U+FFFD and are counted."""
+    """Decoded lines (line end kept), read one at a time; undecodable bytes become U+FFFD and are counted."""
     try:
         with gzip.open(path, "rb") if compressed else open(path, "rb") as handle:
-            for number, raw in enumerate(handle):
+            for number, raw in enumerate(_split_lone_returns(handle)):
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError:

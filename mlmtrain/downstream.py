@@ -34,6 +34,10 @@ POOLINGS = ("mean", "cls")
 # Linear probe: the L2 penalty is chosen on valid from these, strongest first, each fit starting from the previous
 # one's weights (a weak penalty alone takes L-BFGS many more iterations).
 _L2_GRID = (1.0, 1e-1, 1e-2, 1e-3)
+_LBFGS_ITERATIONS = 100
+_LBFGS_EVALUATIONS = 125  # loss evaluations per fit at most (torch's default: 1.25 x the iterations)
+_LBFGS_HISTORY = 10  # curvature pairs kept (scipy's and liblinear's choice)
+_LOGIT_CHUNK = 1 << 20  # logits of the linear probe computed at once (8 MB in float64)
 
 # ---------------------------------------------------------------------------------------------
 # Scores
@@ -52,16 +56,19 @@ def wilson_interval(correct: int, total: int) -> tuple[float, float]:
 def classification_scores(predicted: torch.Tensor, gold: torch.Tensor, majority: int) -> dict[str, Any]:
     """Accuracy with its 95 % interval, macro-F1 (over the classes in gold or predicted, as scikit-learn does) and
     the accuracy of always answering the training set's most frequent class."""
-    correct = int((predicted == gold).sum())
-    f1s = []
-    for cls in sorted(set(gold.tolist()) | set(predicted.tolist())):
-        tp = int(((predicted == cls) & (gold == cls)).sum())
-        fp = int(((predicted == cls) & (gold != cls)).sum())
-        fn = int(((predicted != cls) & (gold == cls)).sum())
-        f1s.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
+    hit = predicted == gold
+    correct = int(hit.sum())
+    # per-class counts in one pass each (a loop over classes costs classes x examples: minutes at 10,000 classes)
+    classes = int(max(predicted.max(), gold.max())) + 1
+    tp = torch.bincount(gold[hit], minlength=classes).double()
+    predicted_count = torch.bincount(predicted, minlength=classes).double()
+    gold_count = torch.bincount(gold, minlength=classes).double()
+    seen = (predicted_count + gold_count) > 0
+    # 2tp / (2tp + fp + fn) = 2tp / (predicted + gold); 0 for a seen class with no true positive
+    f1 = 2 * tp[seen] / (predicted_count[seen] + gold_count[seen])
     return {
         "accuracy": correct / len(gold),
-        "macro_f1": sum(f1s) / len(f1s),
+        "macro_f1": float(f1.mean()),
         "majority_accuracy": int((gold == majority).sum()) / len(gold),
         "ci95": list(wilson_interval(correct, len(gold))),
         "examples": len(gold),
@@ -73,11 +80,10 @@ def _ranks(values: torch.Tensor) -> torch.Tensor:
     order = torch.argsort(values, stable=True)
     ranks = torch.empty(len(values), dtype=torch.float64)
     ranks[order] = torch.arange(len(values), dtype=torch.float64)
-    for value in torch.unique(values):
-        tied = values == value
-        if int(tied.sum()) > 1:
-            ranks[tied] = ranks[tied].mean()
-    return ranks
+    # each value's mean rank over its ties, in one pass (a loop over distinct values costs values x examples)
+    _, group, counts = torch.unique(values, return_inverse=True, return_counts=True)
+    sums = torch.zeros(len(counts), dtype=torch.float64).index_add_(0, group, ranks)
+    return (sums / counts)[group]
 
 
 def _pearson(x: torch.Tensor, y: torch.Tensor) -> float:
@@ -257,6 +263,7 @@ class ProbeSettings:
     max_train_examples: Optional[int] = None
     max_eval_examples: Optional[int] = None
     progress: bool = False
+    lr_key: str = "--lr"  # what sets `lr`, named when fine-tuning diverges: the option, or probe.lr for the live probe
 
 
 @dataclass
@@ -352,7 +359,7 @@ def finetune(
                     raise ProbeDiverged(
                         "probe",
                         f"fine-tuning diverged at step {step + 1} of {total} (loss {loss_value:.4g}, gradient norm "
-                        f"{norm_value:.4g}); try a lower --lr than {settings.lr:g}",
+                        f"{norm_value:.4g}); try a lower {settings.lr_key} than {settings.lr:g}",
                     )
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
@@ -379,7 +386,12 @@ def finetune(
 
 @torch.no_grad()
 def features(
-    encoder: Any, data: Encoded, prepared: PreparedTask, settings: ProbeSettings, device: torch.device
+    encoder: Any,
+    data: Encoded,
+    prepared: PreparedTask,
+    settings: ProbeSettings,
+    device: torch.device,
+    bar: Optional[tqdm] = None,
 ) -> torch.Tensor:
     """Pooled last-layer features of a frozen encoder: the mean over real tokens, or the [CLS] vector."""
     out, order = [], _by_length(data)
@@ -390,20 +402,45 @@ def features(
         else:
             mask = inputs["attention_mask"].unsqueeze(-1).float()
             out.append(((hidden * mask).sum(1) / mask.sum(1).clamp(min=1)).cpu())
+        if bar is not None:
+            bar.update(len(inputs["input_ids"]))
     return _in_order(out, order).double()
 
 
-def _fit_logistic(x: torch.Tensor, y: torch.Tensor, l2: float, start: torch.Tensor) -> torch.Tensor:
-    """Multinomial logistic regression by full-batch L-BFGS (deterministic) from `start`; weights carry a bias row."""
+def _fit_logistic(
+    x: torch.Tensor, y: torch.Tensor, l2: float, start: torch.Tensor, bar: Optional[tqdm] = None
+) -> torch.Tensor:
+    """Multinomial logistic regression by full-batch L-BFGS (deterministic) from `start`; weights carry a bias row.
+
+    Memory stays near a few copies of the weights whatever the number of classes: L-BFGS keeps _LBFGS_HISTORY
+    curvature pairs (torch's default of 100 is 200 copies of the weights: gigabytes at 10,000 classes), and the loss
+    is summed over row chunks of at most _LOGIT_CHUNK logits, never one examples x classes matrix.
+    """
     x = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], dim=1)
     weights = start.clone().requires_grad_(True)
-    optimizer = torch.optim.LBFGS([weights], lr=1.0, max_iter=100, tolerance_change=1e-7, line_search_fn="strong_wolfe")
+    optimizer = torch.optim.LBFGS(
+        [weights],
+        lr=1.0,
+        max_iter=_LBFGS_ITERATIONS,
+        max_eval=_LBFGS_EVALUATIONS,
+        history_size=_LBFGS_HISTORY,
+        tolerance_change=1e-7,
+        line_search_fn="strong_wolfe",
+    )
+    rows = max(1, _LOGIT_CHUNK // weights.shape[1])
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
-        loss = F.cross_entropy(x @ weights, y) + 0.5 * l2 * (weights[:-1] ** 2).sum()
+        loss = 0.5 * l2 * (weights[:-1] ** 2).sum()
         loss.backward()
-        return loss
+        total = loss.detach()
+        for begin in range(0, len(x), rows):  # gradients accumulate chunk by chunk: the mean over all rows
+            part = F.cross_entropy(x[begin : begin + rows] @ weights, y[begin : begin + rows], reduction="sum")
+            (part / len(x)).backward()
+            total = total + part.detach() / len(x)
+        if bar is not None:
+            bar.update(1)
+        return total
 
     optimizer.step(closure)
     return weights.detach()
@@ -421,6 +458,16 @@ def _apply(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], dim=1) @ weights
 
 
+def _linear_scores(task: Task, weights: torch.Tensor, x: torch.Tensor, gold: torch.Tensor) -> dict[str, Any]:
+    """Scores of a fitted linear model on features `x`; classes are picked a chunk of rows at a time, never from one
+    examples x classes matrix of logits."""
+    if task.regression:
+        return score(task, _apply(weights, x).float(), gold)
+    rows = max(1, _LOGIT_CHUNK // weights.shape[1])
+    predicted = torch.cat([_apply(weights, x[begin : begin + rows]).argmax(dim=-1) for begin in range(0, len(x), rows)])
+    return classification_scores(predicted, gold, task.classes.index(task.majority_class))
+
+
 def linear_probe(encoder: Any, prepared: PreparedTask, settings: ProbeSettings, device: torch.device) -> ProbeResult:
     """Features of the frozen encoder computed once per split, standardised on train; a logistic (or, for
     regression, ridge) model per L2 penalty of a small grid; the penalty best on valid is scored on test."""
@@ -428,29 +475,46 @@ def linear_probe(encoder: Any, prepared: PreparedTask, settings: ProbeSettings, 
     task = prepared.task
     was_training = encoder.training
     encoder.eval()
+    splits = (prepared.train, prepared.valid, prepared.test)
+    bar = _bar(sum(len(data) for data in splits), "example", "features", settings)
     try:
-        train, valid, test = (
-            features(encoder, data, prepared, settings, device)
-            for data in (prepared.train, prepared.valid, prepared.test)
-        )
+        with bar:
+            train, valid, test = (features(encoder, data, prepared, settings, device, bar) for data in splits)
     finally:
         encoder.train(was_training)
     mean, std = train.mean(0), train.std(0).clamp(min=1e-6)
     train, valid, test = ((x - mean) / std for x in (train, valid, test))
     best = None
     weights = torch.zeros(train.shape[1] + 1, max(len(task.classes), 1), dtype=train.dtype)
-    for l2 in _L2_GRID:
-        if task.regression:
-            weights = _fit_ridge(train, prepared.train.targets, l2)
-        else:
-            weights = _fit_logistic(train, prepared.train.targets, l2, weights)
-        valid_scores = score(task, _apply(weights, valid).float(), prepared.valid.targets)
-        if best is None or headline(valid_scores) > headline(best[1]):
-            best = (l2, valid_scores, weights)
+    fits = len(_L2_GRID) * (1 if task.regression else _LBFGS_EVALUATIONS)  # a ridge fit is one solve
+    with _bar(fits, "fit" if task.regression else "eval", "linear fit", settings) as bar:
+        for number, l2 in enumerate(_L2_GRID, 1):
+            bar.set_postfix(l2=f"{l2:g}", refresh=False)
+            if task.regression:
+                weights = _fit_ridge(train, prepared.train.targets, l2)
+            else:
+                weights = _fit_logistic(train, prepared.train.targets, l2, weights, bar)
+            bar.update(max(0, fits * number // len(_L2_GRID) - bar.n))  # a fit that converged early: on to the next
+            valid_scores = _linear_scores(task, weights, valid, prepared.valid.targets)
+            if best is None or headline(valid_scores) > headline(best[1]):
+                best = (l2, valid_scores, weights)
     l2, valid_scores, weights = best
-    test_scores = score(task, _apply(weights, test).float(), prepared.test.targets)
+    test_scores = _linear_scores(task, weights, test, prepared.test.targets)
     details = {"l2": l2, "pooling": settings.pooling, "features": train.shape[1]}
     return ProbeResult(test_scores, valid_scores, time.perf_counter() - started, details)
+
+
+def _bar(total: int, unit: str, what: str, settings: ProbeSettings) -> tqdm:
+    """A progress bar on stderr when the settings ask for one (the command), silent otherwise (the live probe)."""
+    return tqdm(
+        total=total,
+        unit=unit,
+        desc=what,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        disable=not settings.progress,
+        leave=False,
+    )
 
 
 def probe_encoder(
@@ -504,6 +568,7 @@ class LiveProbe:
             pooling=cfg.pooling,
             max_train_examples=cfg.max_train_examples,
             max_eval_examples=cfg.max_eval_examples,
+            lr_key="probe.lr",
         )
         self.prepared = PreparedTask.build(task, tokenizer, self.settings)
 

@@ -413,13 +413,20 @@ def load_masked_lm(folder: Union[str, Path]) -> tuple[Any, Any]:
             f"the weights in {folder} lack {len(missing)} tensor(s) of the masked-LM model (e.g. {missing[0]}); "
             "it is not a masked-LM checkpoint",
         )
-    if len(tokenizer) > mlm.config.vocab_size:
+    check_tokenizer_fits(tokenizer, mlm.config, folder)
+    return mlm.eval(), tokenizer
+
+
+def check_tokenizer_fits(tokenizer: Any, config: Any, where: Union[str, Path]) -> None:
+    """A UserError when the tokenizer can emit ids the model has no embedding row for (an IndexError deep in the
+    forward pass otherwise): every command that pairs a model with a tokenizer checks this before its first batch."""
+    rows = getattr(config, "vocab_size", None)
+    if rows is not None and len(tokenizer) > rows:
         raise UserError(
             "model",
-            f"the tokenizer in {folder} has {len(tokenizer)} tokens but the model only {mlm.config.vocab_size} "
-            "embedding rows; the tokenizer does not belong to this model",
+            f"the tokenizer in {where} has {len(tokenizer)} tokens but the model only {rows} embedding rows; "
+            "the tokenizer does not belong to this model: put the model's own tokenizer files beside it",
         )
-    return mlm.eval(), tokenizer
 
 
 def first_line(error: BaseException) -> str:

@@ -266,12 +266,12 @@ def _flops_per_step(run: Run) -> Optional[float]:
 def _planned_steps(run: Run) -> Optional[float]:
     """The run's length in steps: max_steps, or what max_tokens (max_flops) comes to at the logged tokens (FLOPs)
     per step."""
-    steps, tokens = run.setting("train", "max_steps"), run.setting("train", "max_tokens")
+    steps, tokens = run.number("train", "max_steps"), run.number("train", "max_tokens")
     per_step = _tokens_per_step(run)
     candidates = [float(steps)] if steps else []
     if tokens and per_step:
         candidates.append(tokens / per_step)
-    flops, flops_per_step = run.setting("train", "max_flops"), _flops_per_step(run)
+    flops, flops_per_step = run.number("train", "max_flops"), _flops_per_step(run)
     if flops and flops_per_step:
         candidates.append(flops / flops_per_step)
     return min(candidates) if candidates else None  # the first budget reached ends the run
@@ -284,8 +284,10 @@ def check_tokens_per_parameter(run: Run, limits: ReportConfig) -> Verdict:
     planned, per_step = _planned_steps(run), _tokens_per_step(run)
     if planned is not None and per_step is not None:
         tokens, what = planned * per_step, "the run plans"
-    else:
+    elif run.last_tokens() > 0:
         tokens, what = run.last_tokens(), "the run has seen"
+    else:  # nothing logged yet: no count to judge, not a count of zero
+        return Verdict(name, UNKNOWN, "no token count logged yet")
     ratio = tokens / run.parameters
     if ratio < limits.tokens_per_param:
         return Verdict(
@@ -299,9 +301,27 @@ def check_tokens_per_parameter(run: Run, limits: ReportConfig) -> Verdict:
     return Verdict(name, OK, f"{what} {ratio:,.1f} tokens per parameter")
 
 
+def _check_one_cycle(run: Run, limits: ReportConfig) -> Verdict:
+    """One-cycle ignores optim.warmup_steps: its learning rate rises over the first optim.cycle_peak of the budget."""
+    name, peak = "warm-up", run.number("optim", "cycle_peak")
+    if peak is None:
+        return Verdict(name, UNKNOWN, "a one-cycle run whose optim.cycle_peak is not in mlmtrain.yaml")
+    if peak > limits.warmup_share:
+        return Verdict(
+            name,
+            FAIL,
+            f"the one-cycle learning rate rises over {_pct(peak)} of the run (optim.cycle_peak {peak:g}, limit "
+            f"{_pct(limits.warmup_share)})",
+            "lower optim.cycle_peak (0.3 to 0.5 is usual)",
+        )
+    return Verdict(name, OK, f"the one-cycle learning rate rises over {_pct(peak)} of the run (optim.cycle_peak)")
+
+
 def check_warmup(run: Run, limits: ReportConfig) -> Verdict:
     name = "warm-up"
-    warmup, planned = run.setting("optim", "warmup_steps"), _planned_steps(run)
+    if run.setting("optim", "schedule") == "one-cycle":
+        return _check_one_cycle(run, limits)
+    warmup, planned = run.number("optim", "warmup_steps"), _planned_steps(run)
     if warmup is None or planned is None:
         return Verdict(name, UNKNOWN, "the run's length or warm-up is unknown (no mlmtrain.yaml, or a time budget)")
     share = warmup / max(planned, 1.0)
@@ -309,11 +329,11 @@ def check_warmup(run: Run, limits: ReportConfig) -> Verdict:
         return Verdict(
             name,
             FAIL,
-            f"warm-up takes {warmup:,} of the run's {planned:,.0f} steps ({_pct(share)}, limit "
+            f"warm-up takes {warmup:,.0f} of the run's {planned:,.0f} steps ({_pct(share)}, limit "
             f"{_pct(limits.warmup_share)})",
             "lower optim.warmup_steps (a few percent of the run is usual) or train longer",
         )
-    return Verdict(name, OK, f"warm-up takes {warmup:,} of {planned:,.0f} steps ({_pct(share)})")
+    return Verdict(name, OK, f"warm-up takes {warmup:,.0f} of {planned:,.0f} steps ({_pct(share)})")
 
 
 CHECKS: tuple[Callable[[Run, ReportConfig], Verdict], ...] = (

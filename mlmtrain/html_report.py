@@ -96,6 +96,12 @@ def _matplotlib() -> Any:
 # Plots
 
 
+def plain_text(text: str) -> str:
+    """`text` as matplotlib draws it literally: a lone `$` would start mathtext (`cost$5-vs$10` drawn as math, and
+    `lr$1e-3^$` a parse error), so each is escaped; run names and metric keys are text, never markup."""
+    return text.replace("$", r"\$")
+
+
 def _x_values(run: Run, series: Series, axis: str) -> Optional[np.ndarray]:
     if axis == "steps":
         return series.step.astype(np.float64)
@@ -140,7 +146,7 @@ def draw_curve(curve: Curve, runs: list[Run], axis: str) -> Optional[Any]:
                 continue
             x = x / scale if axis == "time" else x
             y = np.where(np.isfinite(series.value), series.value, np.nan)  # a gap where a value was nan or inf
-            label = run.name if len(keys) == 1 else f"{run.name}: {key}"
+            label = plain_text(run.name if len(keys) == 1 else f"{run.name}: {key}")
             marker = "o" if len(y) <= 40 else None
             if curve.smoothed:
                 ax.plot(*_thin(x, y), color=color, alpha=0.3, linewidth=0.8)
@@ -153,7 +159,7 @@ def draw_curve(curve: Curve, runs: list[Run], axis: str) -> Optional[Any]:
             drawn += 1
     if not drawn:
         return None
-    ax.set_title(curve.title, fontsize=10)
+    ax.set_title(plain_text(curve.title), fontsize=10)
     ax.set_xlabel(
         {
             "steps": "optimizer step",
@@ -162,7 +168,7 @@ def draw_curve(curve: Curve, runs: list[Run], axis: str) -> Optional[Any]:
             "flops": "training FLOPs",
         }[axis]
     )
-    ax.set_ylabel(curve.ylabel)
+    ax.set_ylabel(plain_text(curve.ylabel))
     if curve.log_y:
         ax.set_yscale("log")
     else:  # 1e-3, not 0.00100: short tick labels leave room for the axis label

@@ -21,6 +21,7 @@ from mlmtrain.downstream import (
     probe_encoder,
 )
 from mlmtrain.errors import UserError, interrupt_on_sigterm
+from mlmtrain.evaluate import check_tokenizer_fits
 from mlmtrain.files import check_writable_folder, write_failure
 from mlmtrain.tasks import TaskFields, load_task
 
@@ -94,8 +95,8 @@ def run_probe_command(
         (settings.max_eval_examples, "--max-eval-examples"),
     ):
         _positive(value, flag)
-    if settings.lr <= 0:
-        raise UserError("argument", f"--lr must be > 0 (got {settings.lr})")
+    if not (math.isfinite(settings.lr) and settings.lr > 0):  # nan fails no `<= 0` test
+        raise UserError("argument", f"--lr must be a finite number > 0 (got {settings.lr})")
     if settings.max_length < 8:
         raise UserError("argument", f"--max-length must be >= 8 (got {settings.max_length})")
     if not 0 <= settings.seed <= LARGEST_INT:  # torch's seeds are 64-bit
@@ -110,6 +111,7 @@ def run_probe_command(
             "argument", f"--max-length {settings.max_length} is beyond the model's {positions} positions; lower it"
         )
     tokenizer = load_tokenizer(model)
+    check_tokenizer_fits(tokenizer, config, model)
     loaded = load_task(task, TaskFields(text_field, pair_field, label_field), train, valid, test)
     prepared = PreparedTask.build(loaded, tokenizer, settings)
     result, trained = probe_encoder(model, config, prepared, settings, torch_device, baseline=False)

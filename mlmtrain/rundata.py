@@ -60,6 +60,11 @@ class Run:
         values = self.config.get(section)
         return values.get(key) if isinstance(values, dict) else None
 
+    def number(self, section: str, key: str) -> Optional[float]:
+        """A numeric setting as a finite float; None when absent or not one (text, or an integer too large)."""
+        value = _number(self.setting(section, key))
+        return value if value is not None and math.isfinite(value) else None
+
     def last_step(self) -> int:
         return max((int(s.step[-1]) for s in self.series.values() if len(s)), default=0)
 
@@ -81,20 +86,38 @@ class Run:
 
 
 def _number(value: Any) -> Optional[float]:
-    """A metric value as a float: null and "nan"/"inf" strings are non-finite; anything else is not a number."""
+    """A metric value as a float: null and "nan"/"inf" strings are non-finite; anything else (other text, a list, an
+    integer too large for a float) is not a number."""
     if value is None:
         return math.nan
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
+    if isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:  # JSON integers are unbounded: one of 400 digits fits no float
+            return None
+    if isinstance(value, float):
+        return value
     if isinstance(value, str):
         return _NONFINITE.get(value.strip().lower())
     return None
 
 
+def _step(record: Any) -> Optional[int]:
+    """The line's step: an integer that fits the 64 bits the series hold it in, else None."""
+    step = record.get("step") if isinstance(record, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool) or not -(2**63) <= step < 2**63:
+        return None
+    return step
+
+
+def _lines_shown(numbers: list[int]) -> str:
+    return ", ".join(str(n) for n in numbers[:5]) + (" ..." if len(numbers) > 5 else "")
+
+
 def read_metrics(path: Path) -> tuple[dict[str, Series], list[str]]:
-    """Series per key from metrics.jsonl, and notes on lines that could not be read.
+    """Series per key from metrics.jsonl, and notes on lines and values that could not be read.
 
     A resumed run appends lines again from its checkpoint's step: a key's later lines replace the ones
     at the same or later steps, so each series keeps increasing steps and reflects the weights kept.
@@ -106,32 +129,43 @@ def read_metrics(path: Path) -> tuple[dict[str, Series], list[str]]:
     except OSError as error:
         return {}, [f"cannot read {path.name}: {error.strerror or error}"]
     numbered = [(i + 1, line) for i, line in enumerate(lines) if line.strip()]
-    unreadable = []
+    unreadable: list[int] = []
+    not_numbers: dict[str, list[int]] = {}  # key -> lines whose value is neither a number nor null/nan/inf
     for position, (number, line) in enumerate(numbered):
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: brackets nested beyond the parser's depth
             record = None
-        step = record.get("step") if isinstance(record, dict) else None
-        if not isinstance(step, int) or isinstance(step, bool):
-            if position == len(numbered) - 1:  # a run killed mid-write leaves its last line cut
+        step = _step(record)
+        if step is None:
+            if position == len(numbered) - 1 and record is None:  # a run killed mid-write leaves its last line cut
                 notes.append(f"the last line of {path.name} is incomplete (the run was stopped mid-write); ignored")
             else:
                 unreadable.append(number)
             continue
         tokens = _number(record.get("tokens"))
-        tokens = math.nan if tokens is None else tokens
+        if tokens is None:
+            not_numbers.setdefault("tokens", []).append(number)
+            tokens = math.nan
         for key, raw in record.items():
-            value = _number(raw) if key not in ("step", "tokens") else None
+            if key in ("step", "tokens"):
+                continue
+            value = _number(raw)
             if value is None:
+                not_numbers.setdefault(key, []).append(number)
                 continue
             kept = points.setdefault(key, [])
             while kept and kept[-1][0] >= step:
                 kept.pop()
             kept.append((step, tokens, value))
     if unreadable:
-        shown = ", ".join(str(n) for n in unreadable[:5]) + (" ..." if len(unreadable) > 5 else "")
-        notes.append(f"{len(unreadable)} unreadable line(s) in {path.name} skipped (line {shown})")
+        notes.append(f"{len(unreadable)} unreadable line(s) in {path.name} skipped (line {_lines_shown(unreadable)})")
+    if not_numbers:
+        count = sum(len(found) for found in not_numbers.values())
+        keys = sorted(not_numbers.items())
+        where = "; ".join(f"{key} (line {_lines_shown(found)})" for key, found in keys[:5])
+        where += "; ..." if len(keys) > 5 else ""
+        notes.append(f"{count} value(s) in {path.name} that are not numbers (or too large for one) skipped: {where}")
     series = {
         key: Series(
             np.array([p[0] for p in rows], dtype=np.int64),
@@ -164,19 +198,41 @@ def safetensors_parameters(path: Path) -> Optional[int]:
             if length > 100_000_000:
                 return None
             header = json.loads(handle.read(length))
-    except (OSError, ValueError, struct.error):
+    except (OSError, ValueError, RecursionError, struct.error):
         return None
-    return sum(int(np.prod(entry["shape"])) for key, entry in header.items() if key != "__metadata__")
+    if not isinstance(header, dict):
+        return None
+    total = 0
+    for key, entry in header.items():
+        shape = entry.get("shape") if isinstance(entry, dict) and key != "__metadata__" else []
+        if not isinstance(shape, list) or not all(_is_count(n) for n in shape):
+            return None  # a damaged or hand-made header: the size is unknown, not a traceback
+        total += math.prod(shape)
+    return total if _is_count(total) else None
+
+
+def _is_count(value: Any) -> bool:
+    """A non-negative integer that 64 bits (and so a float, roughly) hold."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
 
 
 def _store_meta(run_dir: Path, config: dict[str, Any]) -> Optional[dict[str, Any]]:
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
-    folder = Path(data["store"]) if data.get("store") else run_dir / "tokens"
+    folder = Path(data["store"]) if isinstance(data.get("store"), str) and data["store"] else run_dir / "tokens"
     try:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
-    return meta if isinstance(meta, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    # the checks read counts per split: keep those that are counts, so a hand-edited figure leaves its check n/a
+    splits = meta.get("splits") if isinstance(meta.get("splits"), dict) else {}
+    meta["splits"] = {
+        name: {key: value for key, value in figures.items() if _is_count(value)}
+        for name, figures in splits.items()
+        if isinstance(figures, dict)
+    }
+    return meta
 
 
 def _read_config(path: Path, notes: list[str]) -> dict[str, Any]:

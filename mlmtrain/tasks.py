@@ -154,7 +154,7 @@ def _split_from_records(records: Sequence[dict[str, Any]], fields: TaskFields, s
                     f"{where}: field '{name}' holds {type(record[name]).__name__}, not text; pass {_field_fix(role)}"
                 )
         label = record[fields.label]
-        if label is None or isinstance(label, (list, dict)):
+        if label is None or isinstance(label, (list, dict)) or isinstance(label, str) and not label.strip():
             raise _task_error(f"{where} has no usable label in '{fields.label}' (got {label!r}); fix or remove it")
         texts.append(record[fields.text])
         if pairs is not None:
@@ -250,6 +250,10 @@ def load_task(
                 records[split] = (read_records(path), str(path))
     for split, path in (("train", train), ("valid", valid), ("test", test)):
         if path is not None:
+            if Path(path).is_dir():
+                raise _task_error(
+                    f"--{split} {path} is a folder; pass a .jsonl, .csv or .parquet file (or the folder as --task)"
+                )
             if not Path(path).is_file():
                 raise _task_error(f"--{split} {path} does not exist; pass an existing .jsonl, .csv or .parquet file")
             records[split] = (read_records(Path(path)), path)
@@ -276,24 +280,49 @@ def _has_split(folder: Path, split: str) -> bool:
     return any((folder / f"{name}{suffix}").is_file() for name in SPLIT_NAMES[split] for suffix in TASK_SUFFIXES)
 
 
+def _finite_float(label: Any) -> Optional[float]:
+    """A regression label as a float; None for text, or a number no float holds (nan, inf, a 400-digit integer)."""
+    if isinstance(label, bool) or not isinstance(label, (int, float)):
+        return None
+    try:
+        value = float(label)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _shown(label: Any) -> str:
+    text = repr(label)
+    return text if len(text) <= 40 else f"{text[:20]}...{text[-8:]} ({len(text)} characters)"
+
+
+def _check_one_label_type(split: Split) -> None:
+    """A UserError naming the first record whose label's type differs from most of the split's labels."""
+    kinds = Counter(type(label) for label in split.labels)
+    if len(kinds) < 2:
+        return
+    usual = kinds.most_common(1)[0][0]
+    number, label = next((n, label) for n, label in enumerate(split.labels, 1) if type(label) is not usual)
+    raise _task_error(
+        f"{split.source} record {number}: label {_shown(label)} is {type(label).__name__} while most labels are "
+        f"{usual.__name__} (the split mixes {', '.join(sorted(k.__name__ for k in kinds))}); "
+        "write every label the same way"
+    )
+
+
 def _typed_task(name: str, train: Split, valid: Split, test: Split, fields: TaskFields) -> Task:
     """Classification (int or str labels) or regression (float labels), with every label checked against train."""
     regression = any(isinstance(label, float) for label in train.labels)
     if regression:
         for split in (train, valid, test):
             for number, label in enumerate(split.labels, 1):
-                if not isinstance(label, (int, float)) or not math.isfinite(label):
+                if _finite_float(label) is None:
                     raise _task_error(
-                        f"{split.source} record {number}: label {label!r} is not a finite number, which a "
-                        "regression task (float labels in train) needs; fix the label"
+                        f"{split.source} record {number}: label {_shown(label)} is not a finite number a float can "
+                        "hold, which a regression task (float labels in train) needs; fix the label"
                     )
         return Task(name, train, valid, test, True, [], fields)
-    kinds = {type(label) for label in train.labels}
-    if len(kinds) > 1:
-        raise _task_error(
-            f"{train.source} mixes label types ({', '.join(sorted(k.__name__ for k in kinds))}); "
-            "write every label the same way"
-        )
+    _check_one_label_type(train)
     classes = sorted(set(train.labels))
     if len(classes) < 2:
         raise _task_error(

@@ -83,7 +83,7 @@ def test_binary_junk_and_invalid_utf8_are_replaced_and_counted(
     write_corpus(tmp_path / "train.txt", 200, seed=1)
     with open(tmp_path / "train.txt", "ab") as handle:
         handle.write(b"caf\xe9 au lait\n\xff\xfe broken bytes here\nthe fox \xc3\x28 jumps\n")
-    junk = random.Random(4).randbytes(64 * 1024).replace(b"\n", b"")  # one line of binary junk
+    junk = random.Random(4).randbytes(64 * 1024).replace(b"\n", b"").replace(b"\r", b"")  # one line of binary junk
     (tmp_path / "junk.txt").write_bytes(junk + b"\n")
     sources = f"[{tmp_path / 'train.txt'}, {tmp_path / 'junk.txt'}]"
     # the session's tokenizer: one trained here would need room for the thousand odd characters of the junk

@@ -104,7 +104,7 @@ def test_contradicting_budgets_are_refused(overrides: list[str], needle: str) ->
 
 
 def test_the_report_plots_against_flops(tmp_path: Path) -> None:
-    from mlmtrain import report
+    from mlmtrain import html_report as report
     from mlmtrain.rundata import load_run
 
     folder = tmp_path / "run"

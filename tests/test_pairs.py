@@ -222,7 +222,7 @@ def test_resuming_with_another_objective_is_refused(nsp_run: Path, tiny_data: Pa
 
 def test_the_report_draws_the_pair_accuracy(nsp_run: Path, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from mlmtrain import report
+    from mlmtrain import html_report as report
 
     page = report.write_report([nsp_run], out=tmp_path / "page.html").read_text()
     assert 'id="pair-accuracy"' in page
