@@ -23,6 +23,7 @@ from mlmtrain.probe import (
     probe_encoder,
 )
 from mlmtrain.tasks import TaskFields, load_task
+from mlmtrain.tokenizer import save_tokenizer_files
 
 
 def _check_save(save: Optional[Path], mode: str) -> None:
@@ -45,7 +46,7 @@ def _save(model: Any, tokenizer: Any, folder: Path) -> None:
         # SIGTERM stops like Ctrl-C here: killed outright, the process would leave the half-written folder behind
         with interrupt_on_sigterm():
             model.save_pretrained(temporary)
-            tokenizer.save_pretrained(temporary)
+            save_tokenizer_files(tokenizer, temporary)  # vocab.txt too: slow tokenizers and transformers 4
             if folder.exists():  # the empty folder _check_save allowed
                 folder.rmdir()
             temporary.rename(folder)
