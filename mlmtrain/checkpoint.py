@@ -25,7 +25,9 @@ from mlmtrain.config import Config, save_config
 from mlmtrain.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.errors import UserError, loader_worker_died
 from mlmtrain.files import process_alive, write_failure
-from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
+from mlmtrain.model_card import check_card_kept, write_model_card
+from mlmtrain.pooler import add_pooler
+from mlmtrain.tokenizer import load_tokenizer, save_tokenizer_files, tokenizer_fingerprint
 
 COMPLETE = "COMPLETE"
 STATE_FILE = "training_state.pt"
@@ -97,6 +99,7 @@ def save_checkpoint(
             f"{final} would be replaced, and {why_spared(foreign_files(final))}; move that folder away, "
             "then resume with --resume",
         )
+    check_card_kept(final)  # a README.md the user edited in a step saved again stays theirs
     staging = root / f".tmp-step-{step}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     try:
@@ -105,8 +108,10 @@ def save_checkpoint(
         # every model folder gets the tokenizer, a subfolder too (an ELECTRA generator), so each loads alone
         model_folders = [*(c.parent for c in staging.glob("*/config.json")), staging]
         for model_folder in model_folders:
-            tokenizer.save_pretrained(str(model_folder))
+            save_tokenizer_files(tokenizer, model_folder)
+            add_pooler(model_folder, cfg.train.seed)  # so AutoModel loads no randomly initialised pooler
         save_config(cfg, staging)
+        write_model_card(staging, cfg, step, metrics or {}, state, run_dir)
         torch.save(state, staging / STATE_FILE)
         # the list of what this writer put in the folder: pruning deletes a checkpoint only if it holds nothing else
         written = sorted([*_files_under(staging), MANIFEST_FILE, COMPLETE])
@@ -386,6 +391,7 @@ def load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: s
     from transformers import BertForMaskedLM
 
     from mlmtrain.electra import GENERATOR_DIR, load_electra
+    from mlmtrain.evaluate import quiet_transformers
     from mlmtrain.masking import VocabInfo
 
     check_model_shape(folder, cfg)
@@ -395,10 +401,11 @@ def load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: s
     if cfg.train.objective == "electra" and not (folder / GENERATOR_DIR / "config.json").is_file():
         raise UserError("checkpoint", f"{folder} has no {GENERATOR_DIR}/config.json; resume from another checkpoint")
     try:
-        if cfg.train.objective == "electra":
-            model = load_electra(folder, cfg, VocabInfo.from_tokenizer(tokenizer))
-        else:
-            model = BertForMaskedLM.from_pretrained(str(folder), attn_implementation="sdpa")
+        with quiet_transformers():  # no load report for the pooler the checkpoint holds beside the masked-LM model
+            if cfg.train.objective == "electra":
+                model = load_electra(folder, cfg, VocabInfo.from_tokenizer(tokenizer))
+            else:
+                model = BertForMaskedLM.from_pretrained(str(folder), attn_implementation="sdpa")
     except UserError:
         raise
     except Exception as error:  # truncated safetensors and friends

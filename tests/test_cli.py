@@ -14,6 +14,7 @@ COMMANDS = [
     ["eval-perplexity"],
     ["fill-mask"],
     ["report"],
+    ["push"],
     ["config", "show"],
     ["config", "fields"],
 ]
