@@ -91,7 +91,7 @@ def _assert_complete_tokenizer(folder: Path, tmp_path: Path) -> None:
     fast = AutoTokenizer.from_pretrained(str(folder))
     assert fast.is_fast
     mask = json.loads((folder / "special_tokens_map.json").read_text())["mask_token"]
-    assert mask in ("[MASK]", {**mask, "content": "[MASK]"})  # transformers 4 writes the token's settings with it
+    assert (mask if isinstance(mask, str) else mask["content"]) == "[MASK]"  # transformers 4 adds the token's settings
     # without tokenizer.json every loader has to build the vocabulary from vocab.txt: it must be the same one
     vocab_only = tmp_path / f"vocab-only-{folder.name}"
     vocab_only.mkdir()
