@@ -28,7 +28,9 @@ from mlmtrain.config import PAIR_OBJECTIVES, Config, read_yaml, save_config
 from mlmtrain.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.errors import UserError, loader_worker_died
 from mlmtrain.files import remove_dead_leftovers, write_failure
-from mlmtrain.tokenizer import TOKENIZER_FILES, load_tokenizer, tokenizer_fingerprint
+from mlmtrain.model_card import check_card_kept, write_model_card
+from mlmtrain.pooler import add_pooler
+from mlmtrain.tokenizer import TOKENIZER_FILES, load_tokenizer, save_tokenizer_files, tokenizer_fingerprint
 
 COMPLETE = "COMPLETE"
 STATE_FILE = "training_state.pt"
@@ -115,6 +117,7 @@ def save_checkpoint(
             f"{final} would be replaced, and {why_spared(foreign_files(final))}; move that folder away, "
             "then resume with --resume",
         )
+    check_card_kept(final)  # a README.md the user edited in a step saved again stays theirs
     # named after this process and a random suffix: never the name of something already there
     writer = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staging = root / f".tmp-step-{step}-{writer}"
@@ -124,8 +127,10 @@ def save_checkpoint(
         # every model folder gets the tokenizer, a subfolder too (an ELECTRA generator), so each loads alone
         model_folders = [*(c.parent for c in staging.glob("*/config.json")), staging]
         for model_folder in model_folders:
-            tokenizer.save_pretrained(str(model_folder))
+            save_tokenizer_files(tokenizer, model_folder)
+            add_pooler(model_folder, cfg.train.seed)  # so AutoModel loads no randomly initialised pooler
         save_config(cfg, staging)
+        write_model_card(staging, cfg, step, metrics or {}, state, run_dir)
         torch.save(state, staging / STATE_FILE)
         for model_folder in model_folders:  # a subfolder first, then the folder that holds its entry
             fsync_tree(model_folder)
@@ -456,6 +461,7 @@ def load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: s
     from transformers import BertForMaskedLM, BertForPreTraining
 
     from mlmtrain.electra import GENERATOR_DIR, load_electra
+    from mlmtrain.evaluate import quiet_transformers
     from mlmtrain.masking import VocabInfo
 
     check_model_shape(folder, cfg)
@@ -465,11 +471,12 @@ def load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: s
     if cfg.train.objective == "electra" and not (folder / GENERATOR_DIR / "config.json").is_file():
         raise UserError("checkpoint", f"{folder} has no {GENERATOR_DIR}/config.json; resume from another checkpoint")
     try:
-        if cfg.train.objective == "electra":
-            model = load_electra(folder, cfg, VocabInfo.from_tokenizer(tokenizer))
-        else:  # the pair objectives train (and save) BERT's pre-training heads
-            model_class = BertForPreTraining if cfg.train.objective in PAIR_OBJECTIVES else BertForMaskedLM
-            model = model_class.from_pretrained(str(folder), attn_implementation="sdpa")
+        with quiet_transformers():  # no load report for the pooler the checkpoint holds beside the masked-LM model
+            if cfg.train.objective == "electra":
+                model = load_electra(folder, cfg, VocabInfo.from_tokenizer(tokenizer))
+            else:  # the pair objectives train (and save) BERT's pre-training heads
+                model_class = BertForPreTraining if cfg.train.objective in PAIR_OBJECTIVES else BertForMaskedLM
+                model = model_class.from_pretrained(str(folder), attn_implementation="sdpa")
     except UserError:
         raise
     except Exception as error:  # truncated safetensors and friends

@@ -286,6 +286,21 @@ def probe(
     )
 
 
+@app.command()
+def push(
+    checkpoint: Path = typer.Argument(..., help="Checkpoint folder, e.g. RUN_DIR/checkpoints/latest."),
+    repo: str = typer.Option(..., "--repo", help="Hub repository: NAME (under your account) or ORG/NAME."),
+    private: bool = typer.Option(
+        False, "--private", help="Create the repository private (an existing one keeps its visibility)."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the files that would go; upload nothing."),
+) -> None:
+    """Upload a checkpoint's model, tokenizer and model card to the Hugging Face Hub (never its training state)."""
+    from mlmtrain.push import run_push_command
+
+    run_push_command(checkpoint, repo, private=private, dry_run=dry_run)
+
+
 @config_app.command("show")
 def config_show(config: Optional[Path] = ConfigOption, overrides: list[str] = SetOption) -> None:
     """Print the resolved config (file + overrides + defaults) as YAML."""

@@ -370,10 +370,26 @@ class CheckpointConfig:
     save_every: int = _f(500, "steps between checkpoints (one is always written at the end); 0: only at the end")
     keep_last: int = _f(3, "keep this many newest checkpoints; 0 keeps all")
     keep_best: bool = _f(False, "also keep the checkpoint with the lowest validation loss")
+    license: str = _f("other", "license in the model card's Hub metadata (e.g. apache-2.0, mit); other: none stated")
+    language: Union[str, list[str], None] = _f(
+        None, "language code(s) of the model card's Hub metadata (e.g. en); null: en for builtin corpora, else none"
+    )
 
     def validate(self) -> None:
         _check(self.save_every >= 0, "checkpoint.save_every", "must be >= 0")
         _check(self.keep_last >= 0, "checkpoint.keep_last", "must be >= 0")
+        _check(
+            bool(re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", self.license)),
+            "checkpoint.license",
+            f"must be a Hub license identifier such as apache-2.0 or mit (got {self.license!r})",
+        )
+        languages = [self.language] if isinstance(self.language, str) else self.language or []
+        for language in languages:
+            _check(
+                bool(re.fullmatch(r"[a-z]{2,3}(-[A-Za-z0-9]+)*", language)),
+                "checkpoint.language",
+                f"must be language codes such as en or [en, de] (got {language!r})",
+            )
 
 
 @dataclass

@@ -24,6 +24,7 @@ from mlmtrain.errors import UserError, interrupt_on_sigterm
 from mlmtrain.evaluate import check_tokenizer_fits
 from mlmtrain.files import check_writable_folder, write_failure
 from mlmtrain.tasks import TaskFields, load_task
+from mlmtrain.tokenizer import save_tokenizer_files
 
 
 def _check_save(save: Optional[Path], mode: str) -> None:
@@ -46,7 +47,7 @@ def _save(model: Any, tokenizer: Any, folder: Path) -> None:
         # SIGTERM stops like Ctrl-C here: killed outright, the process would leave the half-written folder behind
         with interrupt_on_sigterm():
             model.save_pretrained(temporary)
-            tokenizer.save_pretrained(temporary)
+            save_tokenizer_files(tokenizer, temporary)  # vocab.txt too: slow tokenizers and transformers 4
             if folder.exists():  # the empty folder _check_save allowed
                 folder.rmdir()
             temporary.rename(folder)

@@ -169,10 +169,15 @@ def _tokenizer_config(tokenizer: tokenizers.Tokenizer, model_max_length: int) ->
     }
 
 
+def _write_vocab(folder: Path, vocab: dict[str, int]) -> None:
+    """vocab.txt: one token per line, in id order (line N is token id N)."""
+    (folder / "vocab.txt").write_text("".join(t + "\n" for t in sorted(vocab, key=vocab.__getitem__)), "utf-8")
+
+
 def _write_folder(tokenizer: tokenizers.Tokenizer, folder: Path, model_max_length: int) -> None:
     tokenizer.save(str(folder / "tokenizer.json"))
     vocab = tokenizer.get_vocab(with_added_tokens=True)
-    (folder / "vocab.txt").write_text("".join(t + "\n" for t in sorted(vocab, key=vocab.__getitem__)), "utf-8")
+    _write_vocab(folder, vocab)
     config = _tokenizer_config(tokenizer, model_max_length)
     (folder / _CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", "utf-8")
     special = {key: config[key] for key in ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")}
@@ -204,10 +209,29 @@ def copy_tokenizer(tokenizer: transformers.PreTrainedTokenizerFast, folder: Path
     """Save a loaded tokenizer (a checkpoint's, a hub one) as mlmtrain's tokenizer folder, atomically."""
 
     def write(staging: Path) -> None:
-        tokenizer.save_pretrained(str(staging))
+        save_tokenizer_files(tokenizer, staging)
         (staging / TOKENIZER_META).write_text(json.dumps(record, indent=1), encoding="utf-8")
 
     _replace_tokenizer_folder(Path(folder), write)
+
+
+def save_tokenizer_files(tokenizer: transformers.PreTrainedTokenizerBase, folder: Union[str, Path]) -> None:
+    """`tokenizer.save_pretrained(folder)`, then the files transformers 5 leaves out: `vocab.txt` (of a WordPiece
+    tokenizer) and `special_tokens_map.json`. The slow `BertTokenizer`, `use_fast=False` and transformers 4 read
+    them, so the folder loads under every transformers version whichever one wrote it."""
+    folder = Path(folder)
+    tokenizer.save_pretrained(str(folder))
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if not (folder / "vocab.txt").exists() and backend is not None:
+        vocab = backend.get_vocab(with_added_tokens=True)
+        # vocab.txt gives a token's id by its line: written only for a WordPiece vocabulary with no gaps in its ids
+        if json.loads(backend.to_str())["model"]["type"] == "WordPiece" and sorted(vocab.values()) == list(
+            range(len(vocab))
+        ):
+            _write_vocab(folder, vocab)
+    if not (folder / "special_tokens_map.json").exists():
+        special = json.dumps(tokenizer.special_tokens_map, indent=2, ensure_ascii=False)
+        (folder / "special_tokens_map.json").write_text(special + "\n", "utf-8")
 
 
 def _replace_tokenizer_folder(folder: Path, write: Callable[[Path], None]) -> None:

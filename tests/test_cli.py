@@ -15,6 +15,7 @@ COMMANDS = [
     ["fill-mask"],
     ["mask-demo"],
     ["report"],
+    ["push"],
     ["config", "show"],
     ["config", "fields"],
 ]
