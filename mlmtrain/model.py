@@ -42,7 +42,17 @@ def build_model(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertForMasked
             f"pad token id {pad_id} is outside the vocabulary [0, {vocab_size}); "
             "the tokenizer folder must define [PAD]",
         )
-    config = BertConfig(
+    model = BertForMaskedLM(bert_config(cfg, vocab_size, pad_id))
+    # transformers 5.x ties through `_tied_weights_keys` in post_init; fail loudly if a future version stops doing
+    # so, because an untied decoder silently doubles the embedding parameters and changes the checkpoint.
+    if model.cls.predictions.decoder.weight is not model.bert.embeddings.word_embeddings.weight:
+        raise RuntimeError("BertForMaskedLM did not tie the decoder to the word embedding")
+    return model
+
+
+def bert_config(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertConfig:
+    """The `BertConfig` of the model `build_model` makes (a resume compares a checkpoint's with it)."""
+    return BertConfig(
         vocab_size=padded_vocab_size(vocab_size, cfg.pad_vocab_multiple),
         hidden_size=cfg.hidden_size,
         num_hidden_layers=cfg.num_layers,
@@ -55,12 +65,6 @@ def build_model(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertForMasked
         tie_word_embeddings=True,
         attn_implementation="sdpa",
     )
-    model = BertForMaskedLM(config)
-    # transformers 5.x ties through `_tied_weights_keys` in post_init; fail loudly if a future version stops doing
-    # so, because an untied decoder silently doubles the embedding parameters and changes the checkpoint.
-    if model.cls.predictions.decoder.weight is not model.bert.embeddings.word_embeddings.weight:
-        raise RuntimeError("BertForMaskedLM did not tie the decoder to the word embedding")
-    return model
 
 
 # The attention of a model being trained: HF's SDPA attention, except under autocast on the CPU, where it runs in
