@@ -73,8 +73,10 @@ def test_a_training_state_that_would_run_code_is_refused_and_never_runs(
     state = finished_run / "checkpoints" / "step-4" / ckpt.STATE_FILE
     torch.save(_training_state_shape(payload=RunsCode(f"open({str(ran)!r}, 'w').write('pwned')")), state)
     options = set_options(tiny_data, finished_run, **{**QUICK, "train.max_steps": 6})
-    code, lines = run_cli(capsys, "pretrain", *options, "--resume", "auto")
-    assert not ran.exists(), "the pickled payload ran"
+    try:
+        code, lines = run_cli(capsys, "pretrain", *options, "--resume", "auto")
+    finally:  # checked first, whatever the resume did after
+        assert not ran.exists(), "the pickled payload ran"
     assert code == 2
     assert_one_error_line(lines, f"mlmtrain: checkpoint: {state} ", "exec", "never unpickled")
     assert ckpt.latest_checkpoint(finished_run).name == "step-4"  # nothing trained, nothing saved
