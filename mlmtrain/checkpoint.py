@@ -507,7 +507,10 @@ def check_model_shape(folder: Path, cfg: Config) -> None:
         for key in _ARCHITECTURE_KEYS:
             if not hasattr(planned, key) or getattr(there, key, None) == getattr(planned, key):
                 continue
-            was, wanted = getattr(there, key, None), getattr(planned, key)
+            # as JSON writes them: a saved "64" (text) reads as such beside the config's 64
+            was, wanted = (
+                json.dumps(value, default=str) for value in (getattr(there, key, None), getattr(planned, key))
+            )
             if key in decided:
                 problem = f"the config says {wanted} ({decided[key]}); resume with the config of that run"
             else:

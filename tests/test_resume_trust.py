@@ -166,7 +166,7 @@ def test_a_checkpoint_whose_config_json_holds_a_value_of_another_type_is_one_lin
     path.write_text(json.dumps({**json.loads(path.read_text()), "max_position_embeddings": "64"}))
     code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, finished_run, **QUICK), "--resume", "auto")
     assert code == 2
-    assert_one_error_line(lines, str(path), "max_position_embeddings")
+    assert_one_error_line(lines, str(path.parent), "max_position_embeddings")  # transformers 5 says damaged, 4 '"64"'
 
 
 def test_a_changed_dropout_is_applied_on_resume_and_announced(
