@@ -82,6 +82,25 @@ def test_a_training_state_that_would_run_code_is_refused_and_never_runs(
     assert ckpt.latest_checkpoint(finished_run).name == "step-4"  # nothing trained, nothing saved
 
 
+def test_a_model_folder_whose_pytorch_weights_would_run_code_is_refused_and_never_runs(
+    finished_run: Path, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The other pickles a user may be handed: a model folder with pytorch_model.bin (read by transformers)."""
+    from safetensors.torch import load_file
+
+    ran, model = tmp_path / "the-payload-ran", shutil.copytree(finished_run / "checkpoints" / "step-4", tmp_path / "m")
+    weights = {**load_file(model / "model.safetensors"), "extra": RunsCode(f"open({str(ran)!r}, 'w').write('pwned')")}
+    torch.save(weights, model / "pytorch_model.bin")
+    (model / "model.safetensors").unlink()
+    command = ["eval-perplexity", "--model", str(model), "--data", str(tiny_data / "valid.txt"), "--seq-len", "32"]
+    try:
+        code, lines = run_cli(capsys, *command, "--device", "cpu")
+    finally:
+        assert not ran.exists(), "the pickled payload ran"
+    assert code == 2
+    assert_one_error_line(lines, str(model))
+
+
 def test_a_training_state_of_the_older_pickled_format_is_refused_in_one_line(
     finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
 ) -> None:
