@@ -2,9 +2,10 @@
 
 A checkpoint is `RUN_DIR/checkpoints/step-N/`: a plain Hugging Face model folder (safetensors, config.json,
 tokenizer files, mlmtrain.yaml) plus `training_state.pt` (optimizer, scaler, step, tokens, data position,
-RNG states). It is written to a temporary folder, `COMPLETE` is written last, then the folder is renamed:
-a folder without `COMPLETE` is never loaded, so a kill at any moment leaves the previous one usable (the next
-save clears what the killed one left behind).
+RNG states), tensors and plain values only, so that it loads with `weights_only` and can run no code. It is
+written to a temporary folder, `COMPLETE` is written last, then the folder is renamed: a folder without `COMPLETE`
+is never loaded, so a kill at any moment leaves the previous one usable (the next save clears what the killed one
+left behind).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from mlmtrain.tokenizer import TOKENIZER_FILES, load_tokenizer, save_tokenizer_f
 COMPLETE = "COMPLETE"
 STATE_FILE = "training_state.pt"
 _STATE_KEYS = ("train_state", "optimizer", "scaler", "rng")  # what a resume reads from the training state
+_UNSAFE_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")  # torch's words for an object weights_only refuses
 MANIFEST_FILE = "checkpoint.json"  # the step, its metrics, and the size and time of each file the writer put there
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 # a killed save's leftover: named after the writer's pid (and, since it has one, a random suffix)
@@ -372,45 +374,186 @@ def check_complete(folder: Path) -> None:
 
 
 def load_training_state(folder: Path) -> dict[str, Any]:
-    """The training state of a checkpoint; UserError for an unfinished, truncated or foreign folder."""
+    """The training state of a checkpoint, read as tensors and plain values only (`weights_only`), so a file
+    someone handed over cannot run code; UserError for an unfinished, truncated, foreign or unsafe one."""
     folder = Path(folder)
     check_complete(folder)
+    path = folder / STATE_FILE
     try:
-        state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=False)
-    except Exception as error:  # a truncated or garbled pickle raises many kinds of errors
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # a truncated or garbled file raises many kinds of errors
+        refused = _UNSAFE_GLOBAL.search(str(error))
+        if refused:  # a Python object torch will not build from a file: never unpickled, so nothing in it ran
+            raise UserError(
+                "checkpoint",
+                f"{path} holds a Python object ({refused.group(1)}), not only tensors and plain values (an older "
+                "mlmtrain's format, or not mlmtrain's file); it is never unpickled, since that could run code; "
+                "resume from a checkpoint this mlmtrain wrote",
+            ) from None
         raise UserError(
-            "checkpoint", f"{folder}/{STATE_FILE} is damaged ({type(error).__name__}); resume from an older checkpoint"
+            "checkpoint", f"{path} is damaged ({type(error).__name__}); resume from an older checkpoint"
         ) from None
     missing = [key for key in _STATE_KEYS if not isinstance(state, dict) or key not in state]
-    if missing or not isinstance(state["train_state"], dict):  # a pickle that loads but is not a training state
+    if missing or not isinstance(state["train_state"], dict):  # a file that loads but is not a training state
         what = f"has no {', '.join(missing)}" if missing else "has a damaged train_state"
-        raise UserError("checkpoint", f"{folder}/{STATE_FILE} {what}; resume from an older checkpoint")
+        raise UserError("checkpoint", f"{path} {what}; resume from an older checkpoint")
+    try:
+        if not isinstance(state["rng"], list):
+            raise TypeError(f"a {type(state['rng']).__name__}, not a list of one per process")
+        for saved in state["rng"]:
+            check_rng_state(saved)
+    except (TypeError, ValueError, KeyError, IndexError, RuntimeError) as error:
+        raise UserError(
+            "checkpoint", f"{path} has damaged RNG states ({error}); resume from an older checkpoint"
+        ) from None
     return state
 
 
 def rng_state() -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    """This process's RNG states as tensors and plain values, so that the training state loads with weights_only."""
+    algorithm, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": {
+            "algorithm": algorithm,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "position": int(position),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
+def _numpy_state(saved: dict[str, Any]) -> tuple[Any, ...]:
+    """`rng_state`'s numpy part as `np.random.set_state` takes it."""
+    keys = saved["keys"].numpy().astype(np.uint32)
+    return saved["algorithm"], keys, saved["position"], saved["has_gauss"], saved["cached_gaussian"]
+
+
+def check_rng_state(saved: Any) -> None:
+    """TypeError, ValueError, KeyError or RuntimeError unless `saved` is one process's `rng_state` that
+    `set_rng_state` can apply; tried on generators of its own, so no global state changes."""
+    if not isinstance(saved, dict):
+        raise TypeError(f"a {type(saved).__name__}, not a mapping per process")
+    tensors = [saved["torch"], *saved.get("cuda", [])]
+    if not all(isinstance(tensor, torch.Tensor) and tensor.dtype == torch.uint8 for tensor in tensors):
+        raise TypeError("a torch RNG state that is not a byte tensor")
+    torch.Generator().set_state(saved["torch"])
+    random.Random().setstate(saved["python"])
+    np.random.RandomState().set_state(_numpy_state(saved["numpy"]))
+
+
 def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore this process's RNG states from `rng_state`'s form."""
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    np.random.set_state(_numpy_state(state["numpy"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def check_model_shape(folder: Path, cfg: Config) -> None:
-    """UserError unless the checkpoint's model has the objective and the sizes the config asks for."""
+# The keys of a checkpoint's config.json that fix which modules and tensors its model has, in the order they are
+# compared; dropout is not among them: it only changes training, and the config's applies on resume.
+_ARCHITECTURE_KEYS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "embedding_size",
+    "max_position_embeddings",
+    "vocab_size",
+    "type_vocab_size",
+    "pad_token_id",
+    "hidden_act",
+    "layer_norm_eps",
+    "position_embedding_type",
+    "tie_word_embeddings",
+    "is_decoder",
+    "add_cross_attention",
+)
+
+
+def _config_dropout(cfg: Config) -> dict[str, float]:
+    """The dropout keys of a model's config.json, as the config sets them."""
+    return {
+        "hidden_dropout_prob": cfg.model.hidden_dropout_prob,
+        "attention_probs_dropout_prob": cfg.model.attention_dropout_prob,
+    }
+
+
+def _read_model_config(folder: Path) -> dict[str, Any]:
     try:
         saved = json.loads((Path(folder) / "config.json").read_text())
     except (OSError, ValueError):
         saved = None
     if not isinstance(saved, dict):  # valid JSON that is not a model's config (a list, a number) is damaged too
         raise UserError("checkpoint", f"{folder}/config.json is missing or damaged; resume from another one") from None
+    return saved
+
+
+def _planned_models(cfg: Config, vocab: Any) -> dict[str, tuple[Any, dict[str, str]]]:
+    """The model configs the run would build, by subfolder of a checkpoint, each with the settings that decide its
+    keys (to name them in an error)."""
+    decided = {
+        "hidden_size": "model.hidden_size",
+        "num_hidden_layers": "model.num_layers",
+        "num_attention_heads": "model.num_heads",
+        "intermediate_size": "model.intermediate_size",
+        "embedding_size": "model.hidden_size",
+        "max_position_embeddings": "model.max_position_embeddings",
+        "vocab_size": f"the tokenizer's {vocab.vocab_size} tokens rounded up to model.pad_vocab_multiple",
+    }
+    if cfg.train.objective != "electra":
+        from mlmtrain.model import bert_config
+
+        return {"": (bert_config(cfg.model, vocab.vocab_size, vocab.pad_id), decided)}
+    from mlmtrain.electra import GENERATOR_DIR, electra_configs
+
+    discriminator, generator = electra_configs(cfg, vocab)
+    layers = "electra.generator_layers" + ("" if cfg.electra.generator_layers else ", null: model.num_layers")
+    by_generator = {
+        key: "electra.generator_size" for key in ("hidden_size", "num_attention_heads", "intermediate_size")
+    }
+    return {
+        "": (discriminator, decided),
+        GENERATOR_DIR: (generator, {**decided, **by_generator, "num_hidden_layers": layers}),
+    }
+
+
+def _saved_model_configs(folder: Path, cfg: Config) -> dict[str, Any]:
+    """The config.json of each model in the checkpoint, by subfolder, as transformers configs of the objective's
+    kind (keys a file lacks get this transformers' defaults)."""
+    from transformers import BertConfig, ElectraConfig
+
+    from mlmtrain.electra import GENERATOR_DIR
+
+    electra = cfg.train.objective == "electra"
+    found = {}
+    for subfolder in ("", GENERATOR_DIR) if electra else ("",):
+        where = Path(folder) / subfolder if subfolder else Path(folder)
+        saved = _read_model_config(where)
+        try:
+            found[subfolder] = (ElectraConfig if electra else BertConfig).from_dict(saved)
+        except Exception as error:  # transformers 5 validates the values' types, each kind of error its own way
+            raise UserError(
+                "checkpoint",
+                f"{where}/config.json is damaged ({str(error).splitlines()[-1].strip()[:160]}); "
+                "resume from another checkpoint",
+            ) from None
+    return found
+
+
+def check_model_shape(folder: Path, cfg: Config) -> None:
+    """UserError unless the checkpoint's model (and an ELECTRA generator in its subfolder) has the objective and
+    every architecture key the config and the checkpoint's tokenizer make: a resume continues that model as it is,
+    so a key the config changed would be ignored while the run's mlmtrain.yaml recorded it."""
+    from mlmtrain.masking import VocabInfo
+
+    saved = _read_model_config(folder)
     objectives = {"bert": "mlm", "electra": "electra"}  # the model type each objective saves
     saved_objective = objectives.get(saved.get("model_type"), saved.get("model_type"))
     if "BertForPreTraining" in (saved.get("architectures") or []):
@@ -421,19 +564,31 @@ def check_model_shape(folder: Path, cfg: Config) -> None:
             f"{folder} was trained with train.objective {saved_objective}, the config says {cfg.train.objective}; "
             f"resume with train.objective: {saved_objective}, or start afresh with --overwrite",
         )
-    expected = {
-        "hidden_size": cfg.model.hidden_size,
-        "num_hidden_layers": cfg.model.num_layers,
-        "num_attention_heads": cfg.model.num_heads,
-        "intermediate_size": cfg.model.intermediate_size,
-    }
-    for key, value in expected.items():
-        if saved.get(key) != value:
-            raise UserError(
-                "checkpoint",
-                f"{folder} was trained with {key}={saved.get(key)}, the config says {value}; "
-                "resume with the config of that run, or start afresh with --overwrite",
+    found = _saved_model_configs(folder, cfg)  # before the tokenizer, whose loading reads config.json too
+    for subfolder, (planned, decided) in _planned_models(cfg, VocabInfo.from_tokenizer(load_tokenizer(folder))).items():
+        where, there = Path(folder) / subfolder if subfolder else Path(folder), found[subfolder]
+        for key in _ARCHITECTURE_KEYS:
+            if not hasattr(planned, key) or getattr(there, key, None) == getattr(planned, key):
+                continue
+            # as JSON writes them: a saved "64" (text) reads as such beside the config's 64
+            was, wanted = (
+                json.dumps(value, default=str) for value in (getattr(there, key, None), getattr(planned, key))
             )
+            if key in decided:
+                problem = f"the config says {wanted} ({decided[key]}); resume with the config of that run"
+            else:
+                problem = f"mlmtrain builds {wanted}; it is not a checkpoint of mlmtrain's model, resume from one"
+            raise UserError(
+                "checkpoint", f"{where} was trained with {key}={was}, {problem}, or start afresh with --overwrite"
+            )
+
+
+def dropout_changes(folder: Path, cfg: Config) -> list[str]:
+    """The dropout settings of the config that differ from the checkpoint's, as 'key: saved -> config' (a resume
+    applies the config's: dropout only changes training)."""
+    saved = _read_model_config(folder)
+    wanted = _config_dropout(cfg)
+    return [f"{key}: {saved.get(key)} -> {value}" for key, value in wanted.items() if saved.get(key) != value]
 
 
 def saved_pair_objective(folder: Path) -> str:
@@ -456,11 +611,12 @@ def other_tokenizer_message(folder: Path, cfg: Config) -> str:
     )
 
 
-def load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: str) -> Any:
-    """The checkpoint's model, after checking it belongs to this config and tokenizer."""
+def load_resume_model(folder: Path, cfg: Config, fingerprint: str) -> Any:
+    """The checkpoint's model, after checking it belongs to this config and tokenizer; the config's dropout
+    applies (`dropout_changes` says which differ)."""
     from transformers import BertForMaskedLM, BertForPreTraining
 
-    from mlmtrain.electra import GENERATOR_DIR, load_electra
+    from mlmtrain.electra import load_electra
     from mlmtrain.evaluate import quiet_transformers
     from mlmtrain.masking import VocabInfo
 
@@ -468,15 +624,14 @@ def load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: s
     tokenizer = load_tokenizer(folder)
     if tokenizer_fingerprint(tokenizer) != fingerprint:
         raise UserError("checkpoint", other_tokenizer_message(folder, cfg))
-    if cfg.train.objective == "electra" and not (folder / GENERATOR_DIR / "config.json").is_file():
-        raise UserError("checkpoint", f"{folder} has no {GENERATOR_DIR}/config.json; resume from another checkpoint")
+    dropout = _config_dropout(cfg)
     try:
         with quiet_transformers():  # no load report for the pooler the checkpoint holds beside the masked-LM model
             if cfg.train.objective == "electra":
-                model = load_electra(folder, cfg, VocabInfo.from_tokenizer(tokenizer))
-            else:  # the pair objectives train (and save) BERT's pre-training heads
-                model_class = BertForPreTraining if cfg.train.objective in PAIR_OBJECTIVES else BertForMaskedLM
-                model = model_class.from_pretrained(str(folder), attn_implementation="sdpa")
+                return load_electra(folder, cfg, VocabInfo.from_tokenizer(tokenizer), **dropout)
+            # the pair objectives train (and save) BERT's pre-training heads
+            model_class = BertForPreTraining if cfg.train.objective in PAIR_OBJECTIVES else BertForMaskedLM
+            return model_class.from_pretrained(str(folder), attn_implementation="sdpa", **dropout)
     except UserError:
         raise
     except Exception as error:  # truncated safetensors and friends
@@ -485,10 +640,3 @@ def load_resume_model(folder: Path, cfg: Config, vocab_size: int, fingerprint: s
             f"cannot load the weights in {folder} ({type(error).__name__}: "
             f"{str(error).splitlines()[0][:160]}); resume from an older checkpoint",
         ) from None
-    if model.config.vocab_size < vocab_size:
-        raise UserError(
-            "checkpoint",
-            f"{folder} has {model.config.vocab_size} embedding rows, the tokenizer "
-            f"{vocab_size} tokens; it belongs to another run",
-        )
-    return model

@@ -51,8 +51,17 @@ def masking_rate_note(cfg: Config) -> Optional[str]:
 
 def build_electra(cfg: Config, vocab: VocabInfo) -> ElectraPretraining:
     """A freshly initialised generator + discriminator pair (seed torch first for reproducible weights)."""
-    from transformers import ElectraConfig as HFElectraConfig
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
+
+    discriminator_config, generator_config = electra_configs(cfg, vocab)
+    discriminator = ElectraForPreTraining(discriminator_config)  # built first: the seeded weights depend on the order
+    return ElectraPretraining(ElectraForMaskedLM(generator_config), discriminator, vocab, cfg)
+
+
+def electra_configs(cfg: Config, vocab: VocabInfo) -> tuple[Any, Any]:
+    """The transformers configs of the discriminator and the generator `build_electra` makes (a resume compares a
+    checkpoint's with them)."""
+    from transformers import ElectraConfig as HFElectraConfig
 
     model, generator_shape = cfg.model, cfg.electra.generator_shape(cfg.model)
     common = {
@@ -64,26 +73,22 @@ def build_electra(cfg: Config, vocab: VocabInfo) -> ElectraPretraining:
         "pad_token_id": vocab.pad_id,
         "attn_implementation": "sdpa",
     }
-    discriminator = ElectraForPreTraining(
-        HFElectraConfig(
-            hidden_size=model.hidden_size,
-            num_hidden_layers=model.num_layers,
-            num_attention_heads=model.num_heads,
-            intermediate_size=model.intermediate_size,
-            **common,
-        )
+    discriminator = HFElectraConfig(
+        hidden_size=model.hidden_size,
+        num_hidden_layers=model.num_layers,
+        num_attention_heads=model.num_heads,
+        intermediate_size=model.intermediate_size,
+        **common,
     )
-    generator = ElectraForMaskedLM(
-        HFElectraConfig(
-            hidden_size=generator_shape["hidden_size"],
-            num_hidden_layers=generator_shape["num_layers"],
-            num_attention_heads=generator_shape["num_heads"],
-            intermediate_size=generator_shape["intermediate_size"],
-            tie_word_embeddings=True,
-            **common,
-        )
+    generator = HFElectraConfig(
+        hidden_size=generator_shape["hidden_size"],
+        num_hidden_layers=generator_shape["num_layers"],
+        num_attention_heads=generator_shape["num_heads"],
+        intermediate_size=generator_shape["intermediate_size"],
+        tie_word_embeddings=True,
+        **common,
     )
-    return ElectraPretraining(generator, discriminator, vocab, cfg)
+    return discriminator, generator
 
 
 def discriminator_inputs(
@@ -227,20 +232,14 @@ class ElectraPretraining(torch.nn.Module):
         self.generator.save_pretrained(str(Path(folder) / GENERATOR_DIR), **kwargs)
 
 
-def load_electra(folder: Path, cfg: Config, vocab: VocabInfo) -> ElectraPretraining:
-    """The pair saved in an ELECTRA checkpoint folder (for resume), embeddings shared again."""
+def load_electra(folder: Path, cfg: Config, vocab: VocabInfo, **config: Any) -> ElectraPretraining:
+    """The pair saved in an ELECTRA checkpoint folder (for resume), embeddings shared again; `config` overrides
+    keys of both saved configs (the resume's dropout). `checkpoint.check_model_shape` checks their shapes first."""
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
     generator_folder = Path(folder) / GENERATOR_DIR
-    discriminator = ElectraForPreTraining.from_pretrained(str(folder), attn_implementation="sdpa")
-    generator = ElectraForMaskedLM.from_pretrained(str(generator_folder), attn_implementation="sdpa")
-    expected = cfg.electra.generator_shape(cfg.model)["hidden_size"]
-    if generator.config.hidden_size != expected:
-        raise UserError(
-            "checkpoint",
-            f"{folder} has a generator of hidden size {generator.config.hidden_size}, the config asks for {expected} "
-            "(electra.generator_size); resume with the config of that run, or start afresh with --overwrite",
-        )
+    discriminator = ElectraForPreTraining.from_pretrained(str(folder), attn_implementation="sdpa", **config)
+    generator = ElectraForMaskedLM.from_pretrained(str(generator_folder), attn_implementation="sdpa", **config)
     return ElectraPretraining(generator, discriminator, vocab, cfg)
 
 

@@ -43,7 +43,8 @@ def build_model(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertForMasked
 
 
 def bert_config(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertConfig:
-    """The `BertConfig` of `cfg` for a tokenizer of `vocab_size` tokens (rows padded to pad_vocab_multiple)."""
+    """The `BertConfig` of `cfg` for a tokenizer of `vocab_size` tokens (rows padded to pad_vocab_multiple): what
+    `build_model` makes, and what a resume compares a checkpoint's with."""
     if vocab_size < 1:
         raise UserError("model", f"the tokenizer's vocabulary is empty (vocab_size={vocab_size})")
     if not 0 <= pad_id < vocab_size:

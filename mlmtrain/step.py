@@ -165,7 +165,10 @@ def build_parts(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
     state, saved = TrainState(), {}
     if resume_from is not None:
         saved = ckpt.load_training_state(resume_from)
-        mlm = ckpt.load_resume_model(resume_from, cfg, len(tokenizer), fingerprint)
+        mlm = ckpt.load_resume_model(resume_from, cfg, fingerprint)
+        dropout_changed = ckpt.dropout_changes(resume_from, cfg)  # applied by load_resume_model
+        if dropout_changed and ctx.is_main:
+            say(f"note: dropout from the config replaces the checkpoint's ({'; '.join(dropout_changed)})")
         state = TrainState(**saved["train_state"])
         # micro_batches counts this rank's micro-batches; another world size or micro-batch takes the same global
         # batches in other bites, so carry the position over in whole global batches.

@@ -205,7 +205,7 @@ def test_on_resume_the_configs_optimizer_settings_win_and_are_announced(tiny_con
     changed = {"optim.weight_decay": 0.05, "optim.beta2": 0.95, "optim.eps": 1e-8, "train.eval_every": 0}
     final = pretrain(tiny_config(**changed), resume=str(paused))
     assert "optimizer settings from the config replace the checkpoint's" in capsys.readouterr().err
-    decay, no_decay = torch.load(final / "training_state.pt", weights_only=False)["optimizer"]["param_groups"]
+    decay, no_decay = torch.load(final / "training_state.pt", weights_only=True)["optimizer"]["param_groups"]
     assert (decay["weight_decay"], tuple(decay["betas"]), decay["eps"]) == (0.05, (0.9, 0.95), 1e-8)
     assert (no_decay["weight_decay"], tuple(no_decay["betas"])) == (0.0, (0.9, 0.95))
 
