@@ -175,7 +175,7 @@ class TokenStore:
             start += int(shard["tokens"])
         docs = self.folder / f"{split}.docs.npy"
         try:
-            self.doc_ends = np.load(docs, mmap_mode="r")
+            self.doc_ends = np.load(docs, mmap_mode="r", allow_pickle=False)  # a store may come from anyone
         except (OSError, ValueError):
             raise UserError(
                 "data", f"token store {self.folder} is damaged: cannot read {docs.name}; run `mlmtrain tokenize` again"
