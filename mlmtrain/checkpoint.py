@@ -27,7 +27,7 @@ from safetensors import SafetensorError
 
 from mlmtrain.config import PAIR_OBJECTIVES, Config, read_yaml, save_config
 from mlmtrain.durable import fsync_dir, fsync_tree, write_marker
-from mlmtrain.errors import UserError, loader_worker_died
+from mlmtrain.errors import UserError, first_line, loader_worker_died
 from mlmtrain.files import remove_dead_leftovers, write_failure
 from mlmtrain.model_card import check_card_kept, write_model_card
 from mlmtrain.pooler import add_pooler
@@ -638,5 +638,5 @@ def load_resume_model(folder: Path, cfg: Config, fingerprint: str) -> Any:
         raise UserError(
             "checkpoint",
             f"cannot load the weights in {folder} ({type(error).__name__}: "
-            f"{str(error).splitlines()[0][:160]}); resume from an older checkpoint",
+            f"{first_line(error)[:160]}); resume from an older checkpoint",
         ) from None

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from mlmtrain.config import DataConfig
-from mlmtrain.errors import UserError
+from mlmtrain.errors import UserError, first_line
 
 Spec = Union[str, list[str]]
 
@@ -398,8 +398,7 @@ class _Hub:
         try:
             dataset = datasets.load_dataset(self.name, self.config, split=self.split, streaming=True)
         except Exception as error:  # not found, offline, bad split, gated: many types, one meaning for the user
-            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise _data_error(f"cannot load hub dataset {self.label}: {first_line}") from error
+            raise _data_error(f"cannot load hub dataset {self.label}: {first_line(error)}") from error
         yield from _hub_texts(dataset, self.text_field, self.label)
 
     def identity(self) -> dict[str, Any]:

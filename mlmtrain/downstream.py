@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from mlmtrain.config import OptimConfig
-from mlmtrain.errors import UserError
-from mlmtrain.evaluate import check_checkpoint_folder, first_line, quiet_transformers
+from mlmtrain.errors import UserError, first_line
+from mlmtrain.evaluate import check_checkpoint_folder, quiet_transformers
 from mlmtrain.optim import build_optimizer, learning_rate, set_learning_rate
 from mlmtrain.tasks import Split, Task, TaskFields, load_task
 

@@ -6,6 +6,7 @@ Anything raised as `UserError` reaches the terminal as a single line
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 from collections.abc import Iterator
@@ -20,6 +21,16 @@ class UserError(Exception):
         super().__init__(f"{topic}: {message}")
         self.topic = topic
         self.message = message
+
+
+_TERMINAL_CODES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colours some libraries put in their messages
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (its type's name if it has none), without terminal colour codes: what a
+    one-line UserError quotes of a library's exception."""
+    text = _TERMINAL_CODES.sub("", str(error)).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def loader_worker_died(error: BaseException) -> bool:

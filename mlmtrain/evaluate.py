@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from mlmtrain.config import MaskingConfig
 from mlmtrain.data import pack_blocks
-from mlmtrain.errors import UserError
+from mlmtrain.errors import UserError, first_line
 from mlmtrain.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
 
 DEFAULT_SEQ_LEN = 128  # block length when neither --seq-len nor the checkpoint's mlmtrain.yaml says otherwise
@@ -429,6 +429,3 @@ def check_tokenizer_fits(tokenizer: Any, config: Any, where: Union[str, Path]) -
         )
 
 
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
-from mlmtrain.errors import UserError
+from mlmtrain.errors import UserError, first_line
 
 
 def process_alive(pid: int) -> bool:
@@ -176,8 +176,7 @@ def write_failure(error: BaseException, path: Path) -> str:
     if isinstance(error, OSError) and error.strerror:
         reason = error.strerror
     else:
-        text = str(error).strip()
-        reason = text.splitlines()[0] if text else type(error).__name__
+        reason = first_line(error)
     free = _free_bytes(Path(path))
     return reason if free is None else f"{reason} ({free / 1e6:,.1f} MB free there)"
 

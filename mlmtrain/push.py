@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from mlmtrain.errors import UserError
+from mlmtrain.errors import UserError, first_line
 
 # the file names that are published, in the checkpoint folder and in a model subfolder (one holding config.json)
 _WEIGHTS_FILES = re.compile(
@@ -133,7 +133,5 @@ def _upload(folder: Path, files: list[str], repo: str, private: bool) -> str:
             created.repo_id, operations, commit_message=f"mlmtrain push of {folder.name}", repo_type="model"
         )
     except Exception as error:  # HTTP, network and validation errors of the hub client: one meaning, no upload
-        text = str(error).strip()
-        first = text.splitlines()[0] if text else type(error).__name__
-        raise UserError("push", f"could not push to {repo}: {first}") from error
+        raise UserError("push", f"could not push to {repo}: {first_line(error)}") from error
     return str(getattr(commit, "repo_url", None) or created)

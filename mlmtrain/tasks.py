@@ -18,8 +18,7 @@ from typing import Any, Optional
 
 import torch
 
-from mlmtrain.errors import UserError
-from mlmtrain.evaluate import first_line
+from mlmtrain.errors import UserError, first_line
 
 TASK_SUFFIXES = (".jsonl", ".csv", ".parquet")
 SPLIT_NAMES = {"train": ("train",), "valid": ("valid", "validation", "dev"), "test": ("test",)}

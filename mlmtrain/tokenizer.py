@@ -18,7 +18,7 @@ import transformers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from mlmtrain.config import TokenizerConfig
-from mlmtrain.errors import UserError
+from mlmtrain.errors import UserError, first_line
 from mlmtrain.files import replace_folder
 from mlmtrain.hub import hub_unreachable
 
@@ -291,10 +291,10 @@ def load_tokenizer(name_or_folder: Union[str, Path]) -> transformers.PreTrainedT
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=unreachable is not None)
     except Exception as error:  # hub, network, json and tokenizers errors come in many types; all mean "cannot load"
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        reason = first_line(error)
         if unreachable:
-            first_line = f"the Hugging Face Hub is unreachable ({unreachable}) and it is not in the local cache"
-        raise UserError("tokenizer", f"cannot load tokenizer {name}: {first_line}") from error
+            reason = f"the Hugging Face Hub is unreachable ({unreachable}) and it is not in the local cache"
+        raise UserError("tokenizer", f"cannot load tokenizer {name}: {reason}") from error
     if not getattr(tokenizer, "is_fast", False):
         raise UserError("tokenizer", f"tokenizer {name} is not a fast (Rust) tokenizer; use one with a tokenizer.json")
     roles = {"mask": "MLM masks with it", "pad": "unpacked blocks pad with it", "cls": "blocks open with it",
