@@ -156,24 +156,79 @@ def _is_terminal(stream: Any) -> bool:
 
 
 class _PlainProgress:
-    """The progress bar's figures as a plain line every `every_s` seconds, for output that goes to a file."""
+    """The progress bar's figures as a plain line every `every_s` seconds, for output that goes to a file.
 
-    def __init__(self, total_steps: Optional[int], initial_step: int, every_s: float) -> None:
+    `what` names the count ("step" gives "step 5/10 (50%): ..."; "encode train" with unit "doc" gives
+    "encode train: 1,200 doc: ...").
+    """
+
+    def __init__(
+        self, total_steps: Optional[int], initial_step: int, every_s: float, what: str = "step", unit: str = ""
+    ) -> None:
         self.total, self.every_s = total_steps, every_s
         self.start_step, self.start = initial_step, time.monotonic()
         self.last = self.start
+        self.head, self.unit = (f"{what} " if what == "step" else f"{what}: "), (f" {unit}" if unit else "")
+        self.count = "{:,}" if unit else "{}"  # pretrain's "step 1200/5000" as before; "1,200 doc" elsewhere
 
-    def line(self, step: int, figures: str) -> Optional[str]:
+    def line(self, step: int, figures: str, *, now_or_never: bool = False) -> Optional[str]:
+        """The line for `step`, or None while `every_s` has not passed since the last one (unless `now_or_never`)."""
         now = time.monotonic()
-        if now - self.last < self.every_s:
+        if now - self.last < self.every_s and not now_or_never:
             return None
         self.last = now
+        tail = f": {figures}" if figures else ""
         if not self.total:
-            return f"step {step}: {figures}"
+            return f"{self.head}{self.count.format(step)}{self.unit}{tail}"
         done = step - self.start_step
         left = (self.total - step) * (now - self.start) / done if done > 0 else math.nan
-        eta = f", {left / 60:.0f} min left" if math.isfinite(left) else ""
-        return f"step {step}/{self.total} ({step / self.total:.0%}): {figures}{eta}"
+        eta = f", {left / 60:.0f} min left" if math.isfinite(left) and step < self.total else ""
+        counted = f"{self.count.format(step)}/{self.count.format(self.total)}{self.unit}"
+        return f"{self.head}{counted} ({step / self.total:.0%}){tail}{eta}"
+
+
+class PlainBar:
+    """What `progress_bar` gives when stderr is not a terminal: tqdm's `update` / `set_postfix` / context manager,
+    writing a plain line every `every_s` seconds (and one at the end, if any was written) instead of redrawing."""
+
+    def __init__(self, total: Optional[int], what: str, unit: str, every_s: float, disable: bool) -> None:
+        self.n, self.disable = 0, disable
+        self.said_at: Optional[int] = None  # the count of the last line written
+        self._plain = _PlainProgress(total, 0, every_s, what, unit)
+        self._figures = ""
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        self._say(self._plain.line(self.n, self._figures))
+
+    def set_postfix(self, refresh: bool = False, **figures: Any) -> None:
+        self._figures = ", ".join(f"{key} {value}" for key, value in figures.items())
+
+    def _say(self, line: Optional[str]) -> None:
+        if line is not None and not self.disable:
+            print(line, file=sys.stderr, flush=True)
+            self.said_at = self.n
+
+    def close(self) -> None:
+        if self.said_at not in (None, self.n):  # a log that showed the work under way also shows where it ended
+            self._say(self._plain.line(self.n, self._figures, now_or_never=True))
+
+    def __enter__(self) -> PlainBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def progress_bar(
+    total: Optional[int], unit: str, what: str, *, disable: bool = False, leave: bool = True, every_s: float = 30.0
+) -> Any:
+    """A tqdm bar on a terminal; a `PlainBar` (a plain line now and then) when stderr goes to a file or a pipe."""
+    if _is_terminal(sys.stderr):
+        return tqdm(
+            total=total, desc=what, unit=unit, file=sys.stderr, dynamic_ncols=True, disable=disable, leave=leave
+        )
+    return PlainBar(total, what, unit, every_s, disable)
 
 
 def say(text: str) -> None:
