@@ -14,7 +14,10 @@ from mlmtrain.model import build_model
 from mlmtrain.progress import progress_bar
 from mlmtrain.tokenizer import load_tokenizer
 from mlmtrain.tokens import tokenize_corpus
-from tests.conftest import copy_corpus, tiny_overrides
+
+from .conftest import copy_corpus, tiny_overrides
+
+pytestmark = pytest.mark.oldpins  # tqdm's oldest declared version too
 
 
 def without_eta(lines: list[str]) -> list[str]:

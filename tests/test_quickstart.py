@@ -24,6 +24,7 @@ def mlmtrain(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Complete
 
 
 @pytest.mark.slow
+@pytest.mark.oldpins
 def test_quickstart_end_to_end(tmp_path: Path) -> None:
     shrink = [
         "--set",
