@@ -1,4 +1,5 @@
-"""What a run tells the outside world: a progress bar, one JSON line per logged step, optional TensorBoard.
+"""What a run tells the outside world: a progress bar, one JSON line per logged step, optional trackers
+(TensorBoard, MLflow, W&B: see `trackers`).
 
 Only rank 0 reports; other ranks get a `Reporter` that does nothing. Metrics are appended to
 RUN_DIR/metrics.jsonl with one write each, so a killed run keeps every line it logged; a line a full disk cuts
@@ -12,13 +13,14 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
 from tqdm import tqdm
 
 from mlmtrain.files import write_failure
+from mlmtrain.trackers import Tracker, failing, open_trackers
 
 
 def _clean(value: Any) -> Any:
@@ -71,7 +73,7 @@ class _MetricsFile:
 
 
 class Reporter:
-    """Progress bar + metrics.jsonl (+ TensorBoard) for the main process; silent elsewhere."""
+    """Progress bar + metrics.jsonl (+ trackers) for the main process; silent elsewhere."""
 
     def __init__(
         self,
@@ -80,7 +82,8 @@ class Reporter:
         *,
         enabled: bool = True,
         show_bar: bool = True,
-        tensorboard: bool = False,
+        trackers: Sequence[str] = (),
+        params: Optional[Mapping[str, Any]] = None,
         initial_step: int = 0,
         plain_every_s: float = 30.0,
     ) -> None:
@@ -88,7 +91,7 @@ class Reporter:
         self._metrics: Optional[_MetricsFile] = None
         self._bar: Optional[tqdm] = None
         self._plain: Optional[_PlainProgress] = None
-        self._tb = None
+        self._trackers: list[Tracker] = []
         if not enabled:
             return
         if run_dir is not None:
@@ -100,13 +103,8 @@ class Reporter:
             )
         elif show_bar:  # a log file (nohup, a scheduler): a bar redrawn 10 times a second would fill it
             self._plain = _PlainProgress(total_steps, initial_step, plain_every_s)
-        if tensorboard and run_dir is not None:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                self.message("tensorboard is not installed (pip install tensorboard); logging to metrics.jsonl only")
-            else:
-                self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+        if trackers and run_dir is not None:
+            self._trackers = open_trackers(trackers, run_dir, params or {})
 
     def advance(self, step: int, loss: float, lr: float, tokens_per_s: float) -> None:
         """Move the bar to `step` and show the latest figures (ETA comes from the bar)."""
@@ -119,15 +117,14 @@ class Reporter:
                 print(line, file=sys.stderr, flush=True)
 
     def log(self, record: dict[str, Any]) -> None:
-        """One JSON line in metrics.jsonl (and scalars to TensorBoard)."""
+        """One JSON line in metrics.jsonl (and its numbers, at its step, to every tracker)."""
         if not self.enabled:
             return
         if self._metrics is not None:
             self._metrics.append(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
-        if self._tb is not None:
-            for key, value in record.items():
-                if key != "step" and isinstance(value, (int, float)):
-                    self._tb.add_scalar(key, value, record.get("step", 0))
+        scalars = {k: float(v) for k, v in record.items() if k != "step" and isinstance(v, (int, float))}
+        for tracker in self._trackers:
+            tracker.log(int(record.get("step", 0)), scalars)
 
     def message(self, text: str) -> None:
         """A line for the user that does not break the progress bar."""
@@ -145,9 +142,10 @@ class Reporter:
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        failed = failing()
+        for tracker in self._trackers:
+            tracker.close(failed)
+        self._trackers = []
 
 
 def _is_terminal(stream: Any) -> bool:
