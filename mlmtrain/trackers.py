@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import yaml
 
 from mlmtrain.errors import UserError
+from mlmtrain.rundata import flatten
 
 # tracker -> (the module it needs, how to install it)
 REQUIREMENTS = {
@@ -63,17 +64,6 @@ def open_trackers(names: Sequence[str], run_dir: Path, config: Mapping[str, Any]
     return opened
 
 
-def flat_params(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"train.batch_size": 32, ...}: nested sections flattened to dotted keys, as MLflow's parameters want."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            flat.update(flat_params(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 class _TensorBoard:
     """Event files in RUN_DIR/tensorboard; the config as a text panel."""
 
@@ -106,7 +96,7 @@ class _MLflow:
         experiment = _mlflow_experiment(self.client)
         run = self.client.create_run(experiment, run_name=run_dir.name, tags={"mlmtrain.run_dir": str(run_dir)})
         self.run_id = run.info.run_id
-        params = [Param(key, str(value)) for key, value in flat_params(config).items()]
+        params = [Param(key, str(value)) for key, value in flatten(dict(config)).items()]
         for start in range(0, len(params), 100):  # MLflow takes at most 100 parameters a call
             self.client.log_batch(self.run_id, params=params[start : start + 100])
 
