@@ -20,7 +20,7 @@ from typing import Any, Optional
 from tqdm import tqdm
 
 from mlmtrain.files import write_failure
-from mlmtrain.trackers import Tracker, failing, open_trackers
+from mlmtrain.trackers import Tracker, failing, first_line, open_trackers
 
 
 def _clean(value: Any) -> Any:
@@ -104,7 +104,11 @@ class Reporter:
         elif show_bar:  # a log file (nohup, a scheduler): a bar redrawn 10 times a second would fill it
             self._plain = _PlainProgress(total_steps, initial_step, plain_every_s)
         if trackers and run_dir is not None:
-            self._trackers = open_trackers(trackers, run_dir, params or {})
+            try:
+                self._trackers = open_trackers(trackers, run_dir, params or {})
+            except BaseException:
+                self.close()  # the metrics file and the bar, before the one-line error
+                raise
 
     def advance(self, step: int, loss: float, lr: float, tokens_per_s: float) -> None:
         """Move the bar to `step` and show the latest figures (ETA comes from the bar)."""
@@ -123,8 +127,14 @@ class Reporter:
         if self._metrics is not None:
             self._metrics.append(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
         scalars = {k: float(v) for k, v in record.items() if k != "step" and isinstance(v, (int, float))}
-        for tracker in self._trackers:
-            tracker.log(int(record.get("step", 0)), scalars)
+        for tracker in list(self._trackers):
+            try:
+                tracker.log(int(record.get("step", 0)), scalars)
+            except Exception as error:  # a tracker server gone mid-run: the run and metrics.jsonl go on without it
+                self._trackers.remove(tracker)
+                self.message(
+                    f"warning: {tracker.name} stopped taking metrics ({first_line(error)}); metrics.jsonl keeps them"
+                )
 
     def message(self, text: str) -> None:
         """A line for the user that does not break the progress bar."""
@@ -144,7 +154,10 @@ class Reporter:
             self._metrics = None
         failed = failing()
         for tracker in self._trackers:
-            tracker.close(failed)
+            try:
+                tracker.close(failed)
+            except Exception as error:  # the run's own outcome (or error) matters more than the tracker's
+                self.message(f"warning: {tracker.name} could not close its run ({first_line(error)})")
         self._trackers = []
 
 

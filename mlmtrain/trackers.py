@@ -31,6 +31,8 @@ WANDB_DEFAULT_PROJECT = "mlmtrain"  # where W&B runs go when WANDB_PROJECT is no
 
 
 class Tracker(Protocol):
+    name: str
+
     def log(self, step: int, scalars: Mapping[str, float]) -> None: ...
 
     def close(self, failed: bool) -> None: ...
@@ -46,7 +48,7 @@ def check_trackers(names: Sequence[str], legacy_tensorboard: bool = False) -> No
             drop = "set train.tensorboard: false" if name == "tensorboard" and legacy_tensorboard else "remove it"
             raise UserError(
                 "config",
-                f"train.trackers: {name} is not installed ({str(error).splitlines()[0]}); {install}, or {drop}",
+                f"train.trackers: {name} is not installed ({first_line(error)}); {install}, or {drop}",
             ) from None
 
 
@@ -59,13 +61,14 @@ def open_trackers(names: Sequence[str], run_dir: Path, config: Mapping[str, Any]
     except Exception as error:  # a tracker server refusing, W&B without a login: one line, the others closed
         for tracker in opened:
             tracker.close(failed=True)
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise UserError("config", f"train.trackers: {name} could not start: {first}") from error
+        raise UserError("config", f"train.trackers: {name} could not start: {first_line(error)}") from error
     return opened
 
 
 class _TensorBoard:
     """Event files in RUN_DIR/tensorboard; the config as a text panel."""
+
+    name = "TensorBoard"
 
     def __init__(self, run_dir: Path, config: Mapping[str, Any]) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -87,6 +90,8 @@ class _MLflow:
 
     MLflow's client, not its fluent API: no global active run is started, so a caller's own run is left alone.
     """
+
+    name = "MLflow"
 
     def __init__(self, run_dir: Path, config: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
@@ -124,6 +129,8 @@ def _mlflow_experiment(client: Any) -> str:
 class _WandB:
     """One W&B run named after the run folder; WANDB_MODE=offline keeps it on disk (wandb sync uploads it later)."""
 
+    name = "W&B"
+
     def __init__(self, run_dir: Path, config: Mapping[str, Any]) -> None:
         import wandb
 
@@ -135,6 +142,11 @@ class _WandB:
 
     def close(self, failed: bool) -> None:
         self.run.finish(exit_code=1 if failed else 0)
+
+
+def first_line(error: BaseException) -> str:
+    """An error's first line (a tracker's errors can run to pages), or its type when it has no message."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def failing() -> bool:

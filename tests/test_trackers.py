@@ -53,11 +53,12 @@ def assert_same_series(logged: list[tuple[int, float]], expected: list[tuple[int
     assert [value for _, value in logged] == pytest.approx([value for _, value in expected], rel=1e-6), key
 
 
-def test_mlflow_run_holds_the_config_and_every_metrics_line(tracked: dict[str, Any]) -> None:
+def test_mlflow_run_holds_the_config_and_every_metrics_line(tracked: dict[str, Any], monkeypatch) -> None:
     mlflow = pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
 
-    mlflow.set_tracking_uri((tracked["root"] / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tracked["root"] / "mlruns").as_uri())  # not set_tracking_uri: global
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     runs = mlflow.search_runs(experiment_names=["mlmtrain-tests"], output_format="list")
     assert len(runs) == 1
     run = runs[0]
@@ -160,8 +161,25 @@ def test_only_the_main_process_opens_trackers(tmp_path: Path, monkeypatch) -> No
     other_rank = Reporter(tmp_path / "run", 10, enabled=False, trackers=["mlflow"], params={"train": {"seed": 0}})
     other_rank.log({"step": 1, "loss": 2.0})
     other_rank.close()
-    mlflow.set_tracking_uri((tmp_path / "mlruns").as_uri())
     assert (
         not (tmp_path / "mlruns").exists()
         or mlflow.search_runs(search_all_experiments=True, output_format="list") == []
     )
+
+
+def test_a_tracker_that_fails_mid_run_is_dropped_with_one_warning(tmp_path: Path, monkeypatch, capsys) -> None:
+    pytest.importorskip("mlflow")
+    import shutil
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    reporter = Reporter(tmp_path / "run", 10, show_bar=False, trackers=["mlflow"], params={"train": {"seed": 0}})
+    reporter.log({"step": 1, "loss": 2.0})
+    shutil.rmtree(tmp_path / "mlruns")  # the store is gone, as a tracking server that went away
+    reporter.log({"step": 2, "loss": 1.5})
+    reporter.log({"step": 3, "loss": 1.0})
+    reporter.close()
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "MLflow stopped taking metrics" in line]
+    assert len(warnings) == 1
+    logged = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert logged == [1, 2, 3]
