@@ -296,12 +296,15 @@ class TrainConfig:
     eval_every: int = _f(500, "steps between validation evaluations; 0 disables")
     eval_max_blocks: int = _f(64, "validation blocks per evaluation during training")
     max_nonfinite: int = _f(5, "stop after this many steps in a row skipped for a non-finite loss or gradient")
-    tensorboard: bool = _f(False, "also log to TensorBoard (needs the tensorboard package)")
+    tensorboard: bool = _f(False, "also log to TensorBoard (needs the tensorboard package); as trackers: [tensorboard]")
     progress: bool = _f(True, "show a progress bar")
     max_flops: Union[float, None] = _f(
         None,
         "stop after this many training FLOPs (the objective's FLOPs per token x tokens, e.g. 1e15); the schedule "
         "stretches to fit; replaces the default max_steps, and contradicts max_tokens and a max_steps you set",
+    )
+    trackers: list[Literal["tensorboard", "mlflow", "wandb"]] = _f(
+        [], "experiment trackers that get the resolved config and every metrics line (each an optional package)"
     )
 
     def validate(self) -> None:
@@ -340,6 +343,7 @@ class TrainConfig:
         _check(self.eval_every >= 0, "train.eval_every", "must be >= 0")
         _check(self.eval_max_blocks >= 1, "train.eval_max_blocks", "must be >= 1")
         _check(self.max_nonfinite >= 1, "train.max_nonfinite", "must be >= 1")
+        _check(len(set(self.trackers)) == len(self.trackers), "train.trackers", "names a tracker twice")
 
     def validate_max_flops(self) -> None:
         """A FLOP budget sets the run's length alone: max_tokens counts the same tokens in another unit, and a
@@ -363,6 +367,11 @@ class TrainConfig:
     @property
     def max_time_seconds(self) -> Union[float, None]:
         return parse_duration(self.max_time)
+
+    @property
+    def active_trackers(self) -> list[str]:
+        """train.trackers, with tensorboard added when the older key train.tensorboard is true."""
+        return [*self.trackers, *(["tensorboard"] if self.tensorboard and "tensorboard" not in self.trackers else [])]
 
 
 @dataclass

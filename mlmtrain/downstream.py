@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -21,12 +20,12 @@ from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from mlmtrain.config import OptimConfig
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.evaluate import check_checkpoint_folder, quiet_transformers
 from mlmtrain.optim import build_optimizer, learning_rate, set_learning_rate
+from mlmtrain.progress import progress_bar
 from mlmtrain.tasks import Split, Task, TaskFields, load_task
 
 MODES = ("finetune", "linear")
@@ -341,7 +340,7 @@ def finetune(
     optimizer = build_optimizer(model, optim, device)
     order_rng = torch.Generator().manual_seed(settings.seed)
     best, best_state, best_epoch, history = -math.inf, None, 0, []
-    bar = tqdm(total=total, unit="step", file=sys.stderr, dynamic_ncols=True, disable=not settings.progress)
+    bar = progress_bar(total, "step", "fine-tune", disable=not settings.progress)
     step = 0
     with bar:
         for epoch in range(1, settings.epochs + 1):

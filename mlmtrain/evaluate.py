@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
@@ -23,12 +22,12 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from mlmtrain.config import MaskingConfig
 from mlmtrain.data import pack_blocks
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
+from mlmtrain.progress import progress_bar
 
 DEFAULT_SEQ_LEN = 128  # block length when neither --seq-len nor the checkpoint's mlmtrain.yaml says otherwise
 _ENCODE_DOCUMENTS = 256  # documents per tokenizer call: amortizes the call, keeps the pending text small
@@ -306,13 +305,8 @@ def evaluate_texts(
         blocks = itertools.islice(blocks, max_blocks)
     scores = BlockScores()
     # created after the first block exists, so a data error leaves stderr with its one line
-    bar = tqdm(
-        total=max_tokens if pseudo else max_blocks,
-        unit="token" if pseudo else "block",
-        file=sys.stderr,
-        dynamic_ncols=True,
-        disable=not progress,
-        leave=False,
+    bar = progress_bar(
+        max_tokens if pseudo else max_blocks, "token" if pseudo else "block", "score", disable=not progress, leave=False
     )
     with bar:
         if pseudo:

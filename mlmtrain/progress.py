@@ -1,4 +1,5 @@
-"""What a run tells the outside world: a progress bar, one JSON line per logged step, optional TensorBoard.
+"""What a run tells the outside world: a progress bar, one JSON line per logged step, optional trackers
+(TensorBoard, MLflow, W&B: see `trackers`).
 
 Only rank 0 reports; other ranks get a `Reporter` that does nothing. Metrics are appended to
 RUN_DIR/metrics.jsonl with one write each, so a killed run keeps every line it logged; a line a full disk cuts
@@ -12,13 +13,14 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
 from tqdm import tqdm
 
 from mlmtrain.files import write_failure
+from mlmtrain.trackers import Tracker, failing, first_line, open_trackers
 
 
 def _clean(value: Any) -> Any:
@@ -71,7 +73,7 @@ class _MetricsFile:
 
 
 class Reporter:
-    """Progress bar + metrics.jsonl (+ TensorBoard) for the main process; silent elsewhere."""
+    """Progress bar + metrics.jsonl (+ trackers) for the main process; silent elsewhere."""
 
     def __init__(
         self,
@@ -80,7 +82,8 @@ class Reporter:
         *,
         enabled: bool = True,
         show_bar: bool = True,
-        tensorboard: bool = False,
+        trackers: Sequence[str] = (),
+        params: Optional[Mapping[str, Any]] = None,
         initial_step: int = 0,
         plain_every_s: float = 30.0,
     ) -> None:
@@ -88,7 +91,7 @@ class Reporter:
         self._metrics: Optional[_MetricsFile] = None
         self._bar: Optional[tqdm] = None
         self._plain: Optional[_PlainProgress] = None
-        self._tb = None
+        self._trackers: list[Tracker] = []
         if not enabled:
             return
         if run_dir is not None:
@@ -100,13 +103,12 @@ class Reporter:
             )
         elif show_bar:  # a log file (nohup, a scheduler): a bar redrawn 10 times a second would fill it
             self._plain = _PlainProgress(total_steps, initial_step, plain_every_s)
-        if tensorboard and run_dir is not None:
+        if trackers and run_dir is not None:
             try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                self.message("tensorboard is not installed (pip install tensorboard); logging to metrics.jsonl only")
-            else:
-                self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+                self._trackers = open_trackers(trackers, run_dir, params or {})
+            except BaseException:
+                self.close()  # the metrics file and the bar, before the one-line error
+                raise
 
     def advance(self, step: int, loss: float, lr: float, tokens_per_s: float) -> None:
         """Move the bar to `step` and show the latest figures (ETA comes from the bar)."""
@@ -119,15 +121,20 @@ class Reporter:
                 print(line, file=sys.stderr, flush=True)
 
     def log(self, record: dict[str, Any]) -> None:
-        """One JSON line in metrics.jsonl (and scalars to TensorBoard)."""
+        """One JSON line in metrics.jsonl (and its numbers, at its step, to every tracker)."""
         if not self.enabled:
             return
         if self._metrics is not None:
             self._metrics.append(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
-        if self._tb is not None:
-            for key, value in record.items():
-                if key != "step" and isinstance(value, (int, float)):
-                    self._tb.add_scalar(key, value, record.get("step", 0))
+        scalars = {k: float(v) for k, v in record.items() if k != "step" and isinstance(v, (int, float))}
+        for tracker in list(self._trackers):
+            try:
+                tracker.log(int(record.get("step", 0)), scalars)
+            except Exception as error:  # a tracker server gone mid-run: the run and metrics.jsonl go on without it
+                self._trackers.remove(tracker)
+                self.message(
+                    f"warning: {tracker.name} stopped taking metrics ({first_line(error)}); metrics.jsonl keeps them"
+                )
 
     def message(self, text: str) -> None:
         """A line for the user that does not break the progress bar."""
@@ -145,9 +152,13 @@ class Reporter:
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        failed = failing()
+        for tracker in self._trackers:
+            try:
+                tracker.close(failed)
+            except Exception as error:  # the run's own outcome (or error) matters more than the tracker's
+                self.message(f"warning: {tracker.name} could not close its run ({first_line(error)})")
+        self._trackers = []
 
 
 def _is_terminal(stream: Any) -> bool:
@@ -156,24 +167,79 @@ def _is_terminal(stream: Any) -> bool:
 
 
 class _PlainProgress:
-    """The progress bar's figures as a plain line every `every_s` seconds, for output that goes to a file."""
+    """The progress bar's figures as a plain line every `every_s` seconds, for output that goes to a file.
 
-    def __init__(self, total_steps: Optional[int], initial_step: int, every_s: float) -> None:
+    `what` names the count ("step" gives "step 5/10 (50%): ..."; "encode train" with unit "doc" gives
+    "encode train: 1,200 doc: ...").
+    """
+
+    def __init__(
+        self, total_steps: Optional[int], initial_step: int, every_s: float, what: str = "step", unit: str = ""
+    ) -> None:
         self.total, self.every_s = total_steps, every_s
         self.start_step, self.start = initial_step, time.monotonic()
         self.last = self.start
+        self.head, self.unit = (f"{what} " if what == "step" else f"{what}: "), (f" {unit}" if unit else "")
+        self.count = "{:,}" if unit else "{}"  # pretrain's "step 1200/5000" as before; "1,200 doc" elsewhere
 
-    def line(self, step: int, figures: str) -> Optional[str]:
+    def line(self, step: int, figures: str, *, now_or_never: bool = False) -> Optional[str]:
+        """The line for `step`, or None while `every_s` has not passed since the last one (unless `now_or_never`)."""
         now = time.monotonic()
-        if now - self.last < self.every_s:
+        if now - self.last < self.every_s and not now_or_never:
             return None
         self.last = now
+        tail = f": {figures}" if figures else ""
         if not self.total:
-            return f"step {step}: {figures}"
+            return f"{self.head}{self.count.format(step)}{self.unit}{tail}"
         done = step - self.start_step
         left = (self.total - step) * (now - self.start) / done if done > 0 else math.nan
-        eta = f", {left / 60:.0f} min left" if math.isfinite(left) else ""
-        return f"step {step}/{self.total} ({step / self.total:.0%}): {figures}{eta}"
+        eta = f", {left / 60:.0f} min left" if math.isfinite(left) and step < self.total else ""
+        counted = f"{self.count.format(step)}/{self.count.format(self.total)}{self.unit}"
+        return f"{self.head}{counted} ({step / self.total:.0%}){tail}{eta}"
+
+
+class PlainBar:
+    """What `progress_bar` gives when stderr is not a terminal: tqdm's `update` / `set_postfix` / context manager,
+    writing a plain line every `every_s` seconds (and one at the end, if any was written) instead of redrawing."""
+
+    def __init__(self, total: Optional[int], what: str, unit: str, every_s: float, disable: bool) -> None:
+        self.n, self.disable = 0, disable
+        self.said_at: Optional[int] = None  # the count of the last line written
+        self._plain = _PlainProgress(total, 0, every_s, what, unit)
+        self._figures = ""
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        self._say(self._plain.line(self.n, self._figures))
+
+    def set_postfix(self, refresh: bool = False, **figures: Any) -> None:
+        self._figures = ", ".join(f"{key} {value}" for key, value in figures.items())
+
+    def _say(self, line: Optional[str]) -> None:
+        if line is not None and not self.disable:
+            print(line, file=sys.stderr, flush=True)
+            self.said_at = self.n
+
+    def close(self) -> None:
+        if self.said_at not in (None, self.n):  # a log that showed the work under way also shows where it ended
+            self._say(self._plain.line(self.n, self._figures, now_or_never=True))
+
+    def __enter__(self) -> PlainBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def progress_bar(
+    total: Optional[int], unit: str, what: str, *, disable: bool = False, leave: bool = True, every_s: float = 30.0
+) -> Any:
+    """A tqdm bar on a terminal; a `PlainBar` (a plain line now and then) when stderr goes to a file or a pipe."""
+    if _is_terminal(sys.stderr):
+        return tqdm(
+            total=total, desc=what, unit=unit, file=sys.stderr, dynamic_ncols=True, disable=disable, leave=leave
+        )
+    return PlainBar(total, what, unit, every_s, disable)
 
 
 def say(text: str) -> None:

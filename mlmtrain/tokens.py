@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
@@ -26,7 +25,7 @@ from mlmtrain.config import Config, save_config
 from mlmtrain.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.errors import UserError
 from mlmtrain.files import building, check_replaceable, replace_folder
-from mlmtrain.progress import say
+from mlmtrain.progress import progress_bar, say
 
 STORE_FORMAT = 1
 COMPLETE = "COMPLETE"
@@ -354,8 +353,6 @@ def tokenize_corpus(cfg: Config, quiet: bool = False) -> Path:
 
 
 def _tokenize_corpus(cfg: Config, target: Path, quiet: bool) -> Path:
-    from tqdm import tqdm
-
     from mlmtrain.corpus import corpus_splits
     from mlmtrain.tokenizer import tokenizer_fingerprint
 
@@ -375,7 +372,7 @@ def _tokenize_corpus(cfg: Config, target: Path, quiet: bool) -> Path:
     def write(staging: Path) -> None:
         nonlocal total_bytes
         for split, corpus in (("train", train_corpus), ("validation", valid_corpus)):
-            with tqdm(desc=f"encode {split}", unit="doc", disable=quiet, file=sys.stderr) as bar:
+            with progress_bar(None, "doc", f"encode {split}", disable=quiet) as bar:
                 stats[split] = encode_split(
                     corpus, tokenizer, staging, split, count_words=split == "validation", progress=bar
                 )

@@ -37,6 +37,7 @@ from mlmtrain.step import (
 )
 from mlmtrain.tokenizer import tokenizer_fingerprint
 from mlmtrain.tokens import TokenStore, tokenize_corpus
+from mlmtrain.trackers import check_trackers
 
 
 def pretrain(cfg: Config, resume: Optional[str] = None, overwrite: bool = False) -> Path:
@@ -57,6 +58,7 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
     if resume not in (None, "auto"):
         ckpt.resolve_resume(run_dir, resume)  # a mistyped folder fails now, not after tokenizing
     # Rank 0 alone locks, checks and tokenizes; on_main shares its verdict, so a refusal stops every rank at once.
+    on_main(ctx, lambda: check_trackers(cfg.train.active_trackers, cfg.train.tensorboard))  # before any work
     task = on_main(ctx, lambda: live_task(cfg.probe))  # a bad probe task fails before anything is written
     lock = on_main(ctx, lambda: RunLock(run_dir))
     try:
@@ -212,7 +214,8 @@ class Loop:
             cfg.train.max_steps,
             enabled=ctx.is_main,
             show_bar=cfg.train.progress,
-            tensorboard=cfg.train.tensorboard,
+            trackers=cfg.train.active_trackers,
+            params=cfg.to_dict(),
             initial_step=state.step,
         )
         stopper = StopRequested()

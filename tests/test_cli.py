@@ -28,6 +28,7 @@ def mlmtrain(*args: str, cwd: Path | None = None, input: str | None = None) -> s
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
+@pytest.mark.oldpins
 def test_help_of_every_command(command: list[str]) -> None:
     done = mlmtrain(*command, "--help")
     assert done.returncode == 0, done.stderr
@@ -76,6 +77,7 @@ def test_bare_command_shows_help() -> None:
         (["config", "show", "--set", "data.train=&a [*a]"], "contains itself"),
     ],
 )
+@pytest.mark.oldpins
 def test_user_errors_are_one_line_exit_2(args: list[str], needle: str, tmp_path: Path) -> None:
     done = mlmtrain(*args, cwd=tmp_path)
     assert done.returncode == 2, done.stderr

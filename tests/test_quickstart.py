@@ -22,6 +22,7 @@ def mlmtrain(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Complete
 
 
 @pytest.mark.slow
+@pytest.mark.oldpins
 def test_quickstart_end_to_end(tmp_path: Path) -> None:
     shrink = [
         "--set",
@@ -71,3 +72,27 @@ def test_quickstart_end_to_end(tmp_path: Path) -> None:
     again = mlmtrain("pretrain", "--config", str(REPO / "configs" / "quickstart.yaml"), *shrink, cwd=tmp_path)
     assert again.returncode == 2
     assert "--resume" in again.stderr and "Traceback" not in again.stderr
+
+
+def test_the_quick_start_passes_its_data_and_size_health_checks(tmp_path: Path) -> None:
+    """The real quick start, paused after 2 of its 4,800 steps: its real token store (the built-in corpus's own
+    duplicates) and its planned tokens per parameter pass the thresholds its config gives them."""
+    from mlmtrain.config import load_config
+    from mlmtrain.health import OK, run_checks
+    from mlmtrain.rundata import load_run
+    from mlmtrain.train import pretrain
+
+    run_dir = tmp_path / "quickstart"
+    overrides = [
+        f"train.run_dir={run_dir}",
+        "train.pause_after=2",
+        "train.log_every=1",
+        "train.progress=false",
+        "report.html=false",
+    ]
+    pretrain(load_config(REPO / "configs" / "quickstart.yaml", overrides))
+    verdicts = {v.check: v for v in run_checks(load_run(run_dir))}
+    for check in ("duplicate documents", "tokens per parameter"):
+        assert verdicts[check].status == OK, verdicts[check]
+    assert not verdicts["duplicate documents"].message.startswith("0.0%")  # the corpus's duplicates were counted
+

@@ -102,6 +102,7 @@ def test_training_reads_a_one_shot_stream_in_batches():
     assert streamed.decode(streamed.encode("the lazy encoder").ids) == "the lazy encoder"
 
 
+@pytest.mark.oldpins
 def test_saved_folder_loads_in_transformers_with_equal_ids(trained, saved):
     assert {p.name for p in saved.iterdir()} == {
         "mlmtrain-tokenizer.json",  # mlmtrain's mark: a later tokenize may replace the folder

@@ -27,6 +27,7 @@ def weights(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(Path(folder) / "model.safetensors"))
 
 
+@pytest.mark.oldpins
 def test_pretrain_writes_a_checkpoint_transformers_loads(tiny_config) -> None:
     from transformers import AutoModelForMaskedLM, AutoTokenizer, BertForMaskedLM, pipeline
 
@@ -71,6 +72,7 @@ def test_loss_goes_down(tiny_config) -> None:
     assert sum(losses[-10:]) / 10 < sum(losses[:10]) / 10 - 0.5
 
 
+@pytest.mark.oldpins
 def test_paused_and_resumed_run_equals_an_uninterrupted_one(tiny_config, tmp_path: Path) -> None:
     whole = tiny_config(**{"train.run_dir": str(tmp_path / "whole")})
     pretrain(whole)
