@@ -390,7 +390,7 @@ def features(
     prepared: PreparedTask,
     settings: ProbeSettings,
     device: torch.device,
-    bar: Optional[tqdm] = None,
+    bar: Optional[Any] = None,
 ) -> torch.Tensor:
     """Pooled last-layer features of a frozen encoder: the mean over real tokens, or the [CLS] vector."""
     out, order = [], _by_length(data)
@@ -407,7 +407,7 @@ def features(
 
 
 def _fit_logistic(
-    x: torch.Tensor, y: torch.Tensor, l2: float, start: torch.Tensor, bar: Optional[tqdm] = None
+    x: torch.Tensor, y: torch.Tensor, l2: float, start: torch.Tensor, bar: Optional[Any] = None
 ) -> torch.Tensor:
     """Multinomial logistic regression by full-batch L-BFGS (deterministic) from `start`; weights carry a bias row.
 
@@ -503,17 +503,9 @@ def linear_probe(encoder: Any, prepared: PreparedTask, settings: ProbeSettings, 
     return ProbeResult(test_scores, valid_scores, time.perf_counter() - started, details)
 
 
-def _bar(total: int, unit: str, what: str, settings: ProbeSettings) -> tqdm:
+def _bar(total: int, unit: str, what: str, settings: ProbeSettings) -> Any:
     """A progress bar on stderr when the settings ask for one (the command), silent otherwise (the live probe)."""
-    return tqdm(
-        total=total,
-        unit=unit,
-        desc=what,
-        file=sys.stderr,
-        dynamic_ncols=True,
-        disable=not settings.progress,
-        leave=False,
-    )
+    return progress_bar(total, unit, what, disable=not settings.progress, leave=False)
 
 
 def probe_encoder(
