@@ -29,7 +29,7 @@ from mlmtrain.config import PAIR_OBJECTIVES, Config, read_yaml, save_config
 from mlmtrain.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.errors import UserError, first_line, loader_worker_died
 from mlmtrain.files import remove_dead_leftovers, write_failure
-from mlmtrain.model_card import check_card_kept, write_model_card
+from mlmtrain.model_card import write_model_card
 from mlmtrain.pooler import add_pooler
 from mlmtrain.tokenizer import TOKENIZER_FILES, load_tokenizer, save_tokenizer_files, tokenizer_fingerprint
 
@@ -119,7 +119,6 @@ def save_checkpoint(
             f"{final} would be replaced, and {why_spared(foreign_files(final))}; move that folder away, "
             "then resume with --resume",
         )
-    check_card_kept(final)  # a README.md the user edited in a step saved again stays theirs
     # named after this process and a random suffix: never the name of something already there
     writer = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staging = root / f".tmp-step-{step}-{writer}"

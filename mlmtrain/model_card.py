@@ -3,13 +3,12 @@ datasets, language, tags), then the model's size, its tokenizer, the data, how f
 and probe scores, how to load it and the resolved config.
 
 `save_checkpoint` writes it afresh at each save, from the figures it records in checkpoint.json and the run's
-metrics.jsonl. The card's last line holds a digest of the text above it: a card a user edited is told apart from
-mlmtrain's own (`is_mlmtrain_card`), and mlmtrain never replaces it (`check_card_kept`).
+metrics.jsonl. Like every file of a checkpoint it is listed in checkpoint.json with its size and time, so a card a
+user edited makes the folder theirs: it is never replaced or pruned.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -19,11 +18,8 @@ from typing import Any
 import yaml
 
 from mlmtrain.config import Config
-from mlmtrain.errors import UserError
 
 CARD = "README.md"
-_DIGEST_LINE = "<!-- mlmtrain model card; sha256 of the text above: {} -->\n"
-_DIGEST = re.compile(r"<!-- mlmtrain model card; sha256 of the text above: ([0-9a-f]{64}) -->\n\Z")
 # how the card names the validation and probe figures of metrics.jsonl (others keep their key)
 _FIGURES = {
     "eval_loss": "validation loss",
@@ -39,32 +35,6 @@ _FIGURES = {
     "probe_spearman": "probe Spearman",
 }
 _NOT_FIGURES = ("eval_masked_tokens", "eval_seconds", "probe_seconds")
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def is_mlmtrain_card(path: Path) -> bool:
-    """True when `path` is a model card exactly as mlmtrain wrote it (its digest line matches the text above)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeError):
-        return False
-    found = _DIGEST.search(text)
-    return found is not None and _digest(text[: found.start()]) == found.group(1)
-
-
-def check_card_kept(folder: Path) -> None:
-    """UserError when saving over `folder` (a checkpoint saved again at its step) would replace a README.md that is
-    not mlmtrain's card as written: a user's notes there stay."""
-    card = Path(folder) / CARD
-    if (card.exists() or card.is_symlink()) and not is_mlmtrain_card(card):
-        raise UserError(
-            "checkpoint",
-            f"{card} is not the model card mlmtrain wrote (it was edited or put there), and saving this step again "
-            f"would replace it; move it out of {folder} (or move that folder away), then resume with --resume",
-        )
 
 
 def write_model_card(
@@ -90,7 +60,7 @@ def write_model_card(
         ]
     )
     body = re.sub(r"\n{3,}", "\n\n", body)  # a section with nothing to say leaves no gap
-    (folder / CARD).write_text(body + _DIGEST_LINE.format(_digest(body)), encoding="utf-8")
+    (folder / CARD).write_text(body, encoding="utf-8")
     return folder / CARD
 
 
