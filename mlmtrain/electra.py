@@ -58,6 +58,13 @@ def build_electra(cfg: Config, vocab: VocabInfo) -> ElectraPretraining:
     return ElectraPretraining(ElectraForMaskedLM(generator_config), discriminator, vocab, cfg)
 
 
+def electra_attention() -> str:
+    """SDPA where transformers' ELECTRA supports it (5.x), else its eager attention (4.x has no SDPA for ELECTRA)."""
+    from transformers.models.electra.modeling_electra import ElectraPreTrainedModel
+
+    return "sdpa" if getattr(ElectraPreTrainedModel, "_supports_sdpa", True) else "eager"
+
+
 def electra_configs(cfg: Config, vocab: VocabInfo) -> tuple[Any, Any]:
     """The transformers configs of the discriminator and the generator `build_electra` makes (a resume compares a
     checkpoint's with them)."""
@@ -71,7 +78,7 @@ def electra_configs(cfg: Config, vocab: VocabInfo) -> tuple[Any, Any]:
         "hidden_dropout_prob": model.hidden_dropout_prob,  # model.dropout when set, as for a masked LM
         "attention_probs_dropout_prob": model.attention_dropout_prob,
         "pad_token_id": vocab.pad_id,
-        "attn_implementation": "sdpa",
+        "attn_implementation": electra_attention(),
     }
     discriminator = HFElectraConfig(
         hidden_size=model.hidden_size,
@@ -238,8 +245,12 @@ def load_electra(folder: Path, cfg: Config, vocab: VocabInfo, **config: Any) -> 
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
     generator_folder = Path(folder) / GENERATOR_DIR
-    discriminator = ElectraForPreTraining.from_pretrained(str(folder), attn_implementation="sdpa", **config)
-    generator = ElectraForMaskedLM.from_pretrained(str(generator_folder), attn_implementation="sdpa", **config)
+    discriminator = ElectraForPreTraining.from_pretrained(
+        str(folder), attn_implementation=electra_attention(), **config
+    )
+    generator = ElectraForMaskedLM.from_pretrained(
+        str(generator_folder), attn_implementation=electra_attention(), **config
+    )
     return ElectraPretraining(generator, discriminator, vocab, cfg)
 
 

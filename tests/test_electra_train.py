@@ -41,6 +41,7 @@ def electra_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return run_dir
 
 
+@pytest.mark.oldpins  # ELECTRA under transformers 4.x: eager attention (no SDPA for it there)
 def test_run_learns_logs_both_parts_and_saves_both_models(electra_run: Path) -> None:
     lines = metrics(electra_run)
     steps = [m for m in lines if "loss" in m]
@@ -79,6 +80,7 @@ def test_a_run_that_replaces_40_percent_is_told_to_replace_15(
         assert "ELECTRA run replaces" not in capsys.readouterr().err
 
 
+@pytest.mark.oldpins  # ELECTRA under transformers 4.x: eager attention (no SDPA for it there)
 def test_paused_and_resumed_run_equals_an_uninterrupted_one(electra_run: Path, tiny_data: Path, tmp_path) -> None:
     parts = electra_config(tiny_data, tmp_path / "parts", **{"train.pause_after": 10})
     assert pretrain(parts).name == "step-10"
