@@ -152,10 +152,12 @@ def test_gpu_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
     assert rounds["ours_over_limit"] > 0 and "hf" not in rounds
     (results_md,) = out.glob("benchmark-*.md")
     assert report_md.read_text() == results_md.read_text()
-    assert report["command"].startswith("OMP_NUM_THREADS=1 python scripts/benchmark.py --sections throughput,limit")
+    assert report["command"].startswith("OMP_NUM_THREADS=1 ")  # the thread setting it ran with, then the command
+    assert " python scripts/benchmark.py --sections throughput,limit --quick " in report["command"]
     assert report["command"].endswith(shlex.join(limit))  # the exact command, the script's defaults included
     commit = report["source"]["commit"]
     assert commit is None or len(commit) == 40
+    assert f"- commit: `{commit}`" in report_md.read_text() if commit else "- commit: unknown" in report_md.read_text()
 
 
 def test_profile_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
