@@ -1,65 +1,110 @@
-"""scripts/benchmark.py: its timing and time-to-target arithmetic, and a smoke run of the script itself (and of
-scripts/benchmark_gpu.sh) on the built-in corpus. The figures of a smoke run mean nothing; their shape does."""
+"""scripts/benchmark.py (its modules in scripts/bench/): its timing and time-to-target arithmetic, and a smoke run
+of the script itself (and of scripts/benchmark_gpu.sh) on the built-in corpus. The figures of a smoke run mean
+nothing; their shape does."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from bench.args import check_args, parse_args
+from bench.contestants import training_clock
+from bench.report import command_line, markdown
+from bench.setup import BenchmarkError
+from bench.stats import mean_interval, steady_tokens_per_s, time_to_target
+from bench.verdicts import Verdict
 
 from mlmtrain.precision import cpu_bf16_support, resolve_precision
-
-from .conftest import script_module
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "benchmark.py"
 HAS_AVX512_BF16_ONLY = cpu_bf16_support() == "avx512"  # no AMX: the precision section tries bf16-head
 
 
-@pytest.fixture(scope="module")
-def bench():
-    """scripts/benchmark.py as a module."""
-    with script_module("benchmark.py", "benchmark_script") as module:
-        yield module
-
-
-def test_steady_rate_counts_from_the_end_of_warm_up(bench) -> None:
+def test_steady_rate_counts_from_the_end_of_warm_up() -> None:
     # steps of 100 tokens; the first (warm-up) step is slow, then one step per 0.5 s
     points = [(100, 5.0), (200, 5.5), (300, 6.0), (400, 6.5)]
-    assert bench.steady_tokens_per_s(points, warmup_steps=1) == pytest.approx(300 / 1.5)
-    with pytest.raises(bench.BenchmarkError):
-        bench.steady_tokens_per_s(points, warmup_steps=4)
+    assert steady_tokens_per_s(points, warmup_steps=1) == pytest.approx(300 / 1.5)
+    with pytest.raises(BenchmarkError):
+        steady_tokens_per_s(points, warmup_steps=4)
 
 
-def test_time_to_target_interpolates_between_evaluations(bench) -> None:
+def test_time_to_target_interpolates_between_evaluations() -> None:
     evals = [{"train_seconds": 10.0, "eval_ppl": 100.0}, {"train_seconds": 20.0, "eval_ppl": 50.0}]
-    assert bench.time_to_target(evals, 75.0) == pytest.approx(15.0)
-    assert bench.time_to_target(evals, 200.0) == 10.0  # reached at the first evaluation: its time
-    assert bench.time_to_target(evals, 10.0) is None
+    assert time_to_target(evals, 75.0) == pytest.approx(15.0)
+    assert time_to_target(evals, 200.0) == 10.0  # reached at the first evaluation: its time
+    assert time_to_target(evals, 10.0) is None
 
 
-def test_our_evaluations_leave_evaluation_time_out_of_the_clock(bench) -> None:
+def test_our_evaluations_leave_evaluation_time_out_of_the_clock() -> None:
     train = [{"step": s, "elapsed_s": float(s)} for s in range(1, 5)]
     evals = [
         {"step": 2, "eval_loss": 5.0, "eval_ppl": 148.4, "eval_seconds": 0.5},
         {"step": 4, "eval_loss": 4.0, "eval_ppl": 54.6, "eval_seconds": 0.5},
     ]
-    clock = bench._training_clock(train, evals)
+    clock = training_clock(train, evals)
     assert [point["train_seconds"] for point in clock] == [2.0, 3.5]
 
 
-def test_a_missing_hf_package_is_named(bench, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_report_states_when_what_and_where_it_measured() -> None:
+    """The Markdown stands alone as a measurement file: date, commit, exact command, machine and software."""
+    versions = {"torch": "2.13.0", "transformers": "5.24.0", "tokenizers": "0.23.3", "datasets": None}
+    machine = {"cpu": "Some CPU", "cpu_count": 2, "memory_gib": 24.0, "torch_threads": 2, "platform": "Linux-6"}
+    settings = {"size": "tiny", "seq_len": 32, "batch": 8, "precision": "auto (fp32)", "device": "cpu", "steps": 8}
+    settings |= {"warmup_steps": 3, "rounds": 1, "vocab_size": 2000, "train_text": "train.txt", "set": []}
+    results = {
+        "created": "2026-12-02T06:00:00+0000",
+        "source": {"commit": "a" * 40, "uncommitted_changes": True},
+        "command": "python scripts/benchmark.py --quick",
+        "machine": machine | {"python": "3.11.7", "versions": versions},
+        "settings": settings,
+        "verdicts": [Verdict("ours / bare-step limit", 0.97, ">=", 0.95)],
+    }
+    text = markdown(results)
+    assert "- date: 2026-12-02T06:00:00+0000" in text
+    assert f"- commit: `{'a' * 40}`, with uncommitted changes" in text
+    assert "- command (from the repository root): `python scripts/benchmark.py --quick`" in text
+    assert "- machine: Some CPU (2 cores, 24 GiB, 2 torch threads); Linux-6" in text
+    assert "- software: Python 3.11.7, torch 2.13.0, transformers 5.24.0, tokenizers 0.23.3\n" in text
+    assert "| ours / bare-step limit | 0.970 | >= 0.95 | PASS |" in text
+    results["source"] = {"commit": None, "uncommitted_changes": None}
+    assert "- commit: unknown (not a git checkout)\n" in markdown(results)
+
+
+def test_the_command_line_is_the_one_to_type_in_the_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    line = command_line([str(SCRIPT), "--quick", "--set", "train.compile=true", "--train", "my text.txt"])
+    assert (
+        line == "OMP_NUM_THREADS=1 python scripts/benchmark.py --quick --set train.compile=true --train 'my text.txt'"
+    )
+
+
+def test_an_existing_report_file_is_refused_before_the_run(tmp_path: Path) -> None:
+    kept = tmp_path / "kept.md"
+    kept.write_text("a measurement\n")
+    dangling = tmp_path / "dangling.md"
+    dangling.symlink_to(tmp_path / "nowhere.md")
+    for path in (kept, dangling):
+        with pytest.raises(BenchmarkError, match="exists; give a new file name"):
+            check_args(parse_args(["--quick", "--sections", "limit", "--report-md", str(path)]))
+    assert kept.read_text() == "a measurement\n"
+    assert check_args(parse_args(["--quick", "--sections", "limit", "--report-md", str(tmp_path / "new.md")]))
+
+
+def test_a_missing_hf_package_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "datasets" else real(name, *a))
-    with pytest.raises(bench.BenchmarkError, match="needs datasets"):
-        bench.check_args(bench.parse_args(["--quick", "--sections", "throughput"]))
-    assert bench.check_args(bench.parse_args(["--quick", "--sections", "limit"])) == {"limit"}
+    with pytest.raises(BenchmarkError, match="needs datasets"):
+        check_args(parse_args(["--quick", "--sections", "throughput"]))
+    assert check_args(parse_args(["--quick", "--sections", "limit"])) == {"limit"}
 
 
 def _run(command: list[str]) -> subprocess.CompletedProcess:
@@ -99,9 +144,20 @@ def test_gpu_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
     out = tmp_path / "results"
     work = ["--work-dir", str(tmp_path / "work"), "--out", str(out), "--train", "builtin:python-docs"]
     # the limit section alone keeps this short: ours and the bare step, one round
-    _run(["bash", str(REPO / "scripts" / "benchmark_gpu.sh"), "--quick", *work, "--sections", "limit", "--rounds", "1"])
-    rounds = _report(out)["rounds"]
+    report_md = tmp_path / "docs" / "limit.md"  # a measurement file where the user asks, its folder made
+    limit = ["--sections", "limit", "--rounds", "1", "--report-md", str(report_md)]
+    _run(["bash", str(REPO / "scripts" / "benchmark_gpu.sh"), "--quick", *work, *limit])
+    report = _report(out)
+    rounds = report["rounds"]
     assert rounds["ours_over_limit"] > 0 and "hf" not in rounds
+    (results_md,) = out.glob("benchmark-*.md")
+    assert report_md.read_text() == results_md.read_text()
+    assert report["command"].startswith("OMP_NUM_THREADS=1 ")  # the thread setting it ran with, then the command
+    assert " python scripts/benchmark.py --sections throughput,limit --quick " in report["command"]
+    assert report["command"].endswith(shlex.join(limit))  # the exact command, the script's defaults included
+    commit = report["source"]["commit"]
+    assert commit is None or len(commit) == 40
+    assert f"- commit: `{commit}`" in report_md.read_text() if commit else "- commit: unknown" in report_md.read_text()
 
 
 def test_profile_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
@@ -182,21 +238,21 @@ def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
     assert "Recipes at equal wall time" in markdown and f"{precision['other']} against fp32" in markdown
 
 
-def test_mean_interval_over_seeds_uses_students_t(bench) -> None:
-    summary = bench.mean_interval([0.5, 0.6, 0.7])
+def test_mean_interval_over_seeds_uses_students_t() -> None:
+    summary = mean_interval([0.5, 0.6, 0.7])
     assert summary["mean"] == pytest.approx(0.6)
     half = 4.303 * 0.1 / 3**0.5  # t(0.975, 2 df) x sd / sqrt(n)
     assert summary["ci95"] == pytest.approx([0.6 - half, 0.6 + half])
     assert summary["half_width"] == pytest.approx(half)
-    assert bench.mean_interval([0.5])["ci95"] is None
+    assert mean_interval([0.5])["ci95"] is None
 
 
-def test_the_electra_section_is_on_request_and_checks_its_task(bench, tmp_path: Path) -> None:
-    assert "electra" not in bench.parse_args(["--quick"]).sections.split(",")
-    with pytest.raises(bench.BenchmarkError, match="electra needs a labeled task folder: pass --task"):
-        bench.check_args(bench.parse_args(["--quick", "--sections", "electra"]))
-    with pytest.raises(bench.BenchmarkError, match="is not a folder"):  # any section: a mistyped task is refused
-        bench.check_args(bench.parse_args(["--quick", "--sections", "recipes", "--task", str(tmp_path / "no")]))
+def test_the_electra_section_is_on_request_and_checks_its_task(tmp_path: Path) -> None:
+    assert "electra" not in parse_args(["--quick"]).sections.split(",")
+    with pytest.raises(BenchmarkError, match="electra needs a labeled task folder: pass --task"):
+        check_args(parse_args(["--quick", "--sections", "electra"]))
+    with pytest.raises(BenchmarkError, match="is not a folder"):  # any section: a mistyped task is refused
+        check_args(parse_args(["--quick", "--sections", "recipes", "--task", str(tmp_path / "no")]))
 
 
 @pytest.mark.slow
@@ -263,16 +319,16 @@ def test_quick_downstream(tmp_path: Path) -> None:
     assert "## Downstream" in (out / Path(next(out.glob("*.md"))).name).read_text()
 
 
-def test_downstream_runs_only_when_asked_with_its_own_size_and_vocabulary(bench) -> None:
-    assert "downstream" not in bench.parse_args([]).sections
-    alone = bench.parse_args(["--sections", "downstream"])
+def test_downstream_runs_only_when_asked_with_its_own_size_and_vocabulary() -> None:
+    assert "downstream" not in parse_args([]).sections
+    alone = parse_args(["--sections", "downstream"])
     assert (alone.size, alone.vocab_size, alone.downstream_budget, alone.seeds) == ("tiny", 8000, 900, 3)
     assert (alone.probe_train_examples, alone.probe_max_length) == (0, 64)  # all examples, a summary's opening
-    assert bench.parse_args(["--sections", "downstream,electra"]).vocab_size == 8000
-    shared = bench.parse_args(["--sections", "downstream,limit"])  # the other sections' values hold
+    assert parse_args(["--sections", "downstream,electra"]).vocab_size == 8000
+    shared = parse_args(["--sections", "downstream,limit"])  # the other sections' values hold
     assert (shared.size, shared.vocab_size, shared.downstream_budget) == ("mini", 30522, 600)
-    assert bench.parse_args(["--sections", "downstream", "--size", "mini"]).size == "mini"  # an explicit one wins
-    assert not bench.Verdict("beyond the intervals", 0.0, ">", 0.0).passed  # a tie is not a win
+    assert parse_args(["--sections", "downstream", "--size", "mini"]).size == "mini"  # an explicit one wins
+    assert not Verdict("beyond the intervals", 0.0, ">", 0.0).passed  # a tie is not a win
 
 
 def bench_task() -> str:

@@ -1,0 +1,336 @@
+"""The report: the Markdown of every section under a header that makes it a self-contained measurement (date,
+commit, exact command, machine, software), the machine it ran on, and the files written (results/benchmark-<time>
+.json and .md, and --report-md's copy)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import subprocess
+import time
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from bench.setup import LABELS, REPO, BenchmarkError
+from mlmtrain.precision import cpuinfo_field
+
+SOFTWARE = ("torch", "transformers", "tokenizers", "datasets", "accelerate")
+# the environment that changes what a run measures, shown in front of its command
+COMMAND_ENVIRONMENT = ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _number(value: Optional[float], digits: int = 0) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def _percent(share: float) -> str:
+    """3 significant digits: a CPU's MFU against a GPU's peak is tiny but still tells sizes apart."""
+    return f"{100 * share:.3g}%"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The report as Markdown: the header, then each section's tables, then the targets (one file per measurement
+    in docs/benchmarks/)."""
+    lines = _header_lines(results)
+    for key, section_lines in SECTION_LINES:
+        if results.get(key):
+            lines += section_lines(results[key])
+    lines += ["## Targets", ""]
+    lines += _table(["figure", "value", "target", "result"], [v.row() for v in results["verdicts"]])
+    return "\n".join(lines) + "\n"
+
+
+def _header_lines(results: dict[str, Any]) -> list[str]:
+    """What makes the report stand alone: when, which code, the exact command, on what machine and software."""
+    s, m = results["settings"], results["machine"]
+    source = results["source"]
+    commit = f"`{source['commit']}`" if source["commit"] else "unknown (not a git checkout)"
+    if source["uncommitted_changes"]:
+        commit += ", with uncommitted changes"
+    memory = f", {m['memory_gib']:.0f} GiB" if m.get("memory_gib") else ""
+    software = ", ".join(f"{name} {m['versions'][name]}" for name in SOFTWARE if m["versions"].get(name))
+    return [
+        f"# mlmtrain benchmark, {results['created']}",
+        "",
+        f"- date: {results['created']}",
+        f"- commit: {commit}",
+        f"- command (from the repository root): `{results['command']}`",
+        f"- machine: {m['cpu']} ({m['cpu_count']} cores{memory}, {m['torch_threads']} torch threads)"
+        + (f", {m['gpu']}" if m.get("gpu") else "")
+        + f"; {m['platform']}",
+        f"- software: Python {m['python']}, {software}",
+        f"- settings: {s['size']}, seq_len {s['seq_len']}, batch {s['batch']}, {s['precision']} on {s['device']}, "
+        f"{s['steps']} steps ({s['warmup_steps']} warm-up), {s['rounds']} rounds, vocab {s['vocab_size']}, "
+        f"data {s['train_text']}" + (f", our --set {' '.join(s['set'])}" if s["set"] else ""),
+        "",
+    ]
+
+
+def _rounds_lines(rounds: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            LABELS[name],
+            _number(rounds[name]["median"]),
+            f"{_number(rounds[name]['min'])}–{_number(rounds[name]['max'])}",
+            _number(rounds[name]["peak_rss_mb"]),
+            _number(rounds[name]["peak_device_mb"]),
+            _percent(rounds["mfu"][name]),
+        ]
+        for name in ("ours", "hf", "bare")
+        if name in rounds
+    ]
+    lines = ["## Throughput (tokens/s, steady state)", ""]
+    lines += _table(["contestant", "median", "min–max", "peak RSS MiB", "peak device MiB", "MFU"], rows)
+    return lines + [
+        "",
+        f"MFU = {rounds['mfu']['formula']}; flops_per_token = {rounds['mfu']['flops_per_token']:.4g}",
+        "",
+    ]
+
+
+def _recipe_lines(recipe: dict[str, Any]) -> list[str]:
+    hf_by_step = {point["step"]: point["eval_ppl"] for point in recipe["hf"]}
+    rows = [[str(p["step"]), f"{p['eval_ppl']:.2f}", _number(hf_by_step.get(p["step"]), 2)] for p in recipe["ours"]]
+    lines = [
+        f"## Same recipe (our hyperparameters on both sides, warm-up {recipe['warmup_steps']} steps): "
+        "validation perplexity by step",
+        "",
+    ]
+    return lines + _table(["step", "mlmtrain pretrain", "HF Trainer recipe"], rows) + [""]
+
+
+def _growth_lines(growth: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            r["size"],
+            str(r["seq_len"]),
+            f"{r['parameters'] / 1e6:.1f}M",
+            _number(r["tokens_per_s"]),
+            _number(r["peak_device_mb"]),
+            _number(r["peak_rss_mb"]),
+        ]
+        for r in growth["rows"]
+    ]
+    lines = [f"## Cost growth (bare step, batch {growth['batch']}, {growth['steps']} steps)", ""]
+    return lines + _table(["size", "seq_len", "parameters", "tokens/s", "peak device MiB", "peak RSS MiB"], rows) + [""]
+
+
+def _electra_lines(electra: dict[str, Any]) -> list[str]:
+    rows = []
+    for name in ("untrained", "ours", "electra"):
+        row = electra["rows"][name]
+        low_high = "–" if row["ci95"] is None else f"{row['ci95'][0]:.4f} to {row['ci95'][1]:.4f}"
+        rows.append(
+            [
+                LABELS[name],
+                f"{row['mean']:.4f}",
+                low_high,
+                _number(row.get("tokens_per_s")),
+                _number(row.get("steps")),
+            ]
+        )
+    lines = [
+        f"## MLM and ELECTRA at equal time ({electra['budget_s']:g} s of pretraining each), fine-tuned on "
+        f"{Path(electra['task']).name}: test accuracy over {electra['seeds']} seeds",
+        "",
+    ]
+    lines += _table(["encoder", "mean accuracy", "95% interval", "pretraining tokens/s", "steps"], rows)
+    recipe = ", ".join(f"{key}={value}" for key, value in electra.get("electra_recipe", {}).items())
+    return lines + ["", f"ELECTRA's changes to the shipped recipe: {recipe or 'none'}", ""]
+
+
+def _downstream_lines(downstream: dict[str, Any]) -> list[str]:
+    tune = downstream["finetune"]
+    rows = []
+    for name in ("ours", "hf", "untrained"):
+        side = downstream[name]
+        score, f1 = side["score"], side["macro_f1"]
+        rows.append(
+            [
+                LABELS[name],
+                str(side.get("pretrain_steps", 0)),
+                f"{score['mean']:.4f} ± {score['half_width']:.4f}",
+                f"{f1['mean']:.4f} ± {f1['half_width']:.4f}" if f1 else "–",
+                ", ".join(f"{v:.4f}" for v in score["values"]),
+            ]
+        )
+    lines = [
+        f"## Downstream ({downstream['budget_s']:g} s of pretraining per side; fine-tuned on {downstream['task']})",
+        "",
+    ]
+    lines += _table(
+        [
+            "model",
+            "pretrain steps",
+            f"test {downstream['ours']['metric']} (95% over seeds)",
+            "macro-F1",
+            "per seed",
+        ],
+        rows,
+    )
+    majority = downstream["majority_accuracy"]
+    return lines + [
+        "",
+        f"Fine-tuning: {tune['epochs']} epochs, lr {tune['lr']:g}, batch {tune['batch_size']}, max length "
+        f"{tune['max_length']}, {tune['train_examples']} train / {tune['test_examples']} test examples, "
+        f"{downstream['seeds']} seeds; best epoch on valid."
+        + (f" Majority-class accuracy {majority:.4f}." if majority is not None else ""),
+        "",
+    ]
+
+
+def _race_lines(race: dict[str, Any], title: str) -> list[str]:
+    rows = []
+    for name in ("ours", "hf"):
+        side = race[name]
+        last = side["evals"][-1]
+        seconds = _number(side["seconds_to_target"], 1)
+        rows.append(
+            [LABELS[name], str(side["steps"]), f"{last['train_seconds']:.0f}", f"{last['eval_ppl']:.2f}", seconds]
+        )
+    lines = [f"## {title} (target ppl {race['target_ppl']:.2f}: {race['target_from']})", ""]
+    lines += _table(["side", "steps", "train s", "final ppl", "train s to target"], rows)
+    same = race["same_step"]
+    if same:
+        lines += ["", f"At step {same['step']}: ours ppl {same['ours_ppl']:.2f}, HF ppl {same['hf_ppl']:.2f}."]
+    return lines + [""]
+
+
+def _precision_lines(precision: dict[str, Any]) -> list[str]:
+    other = precision["other"]
+    other_by_step = {point["step"]: point["eval_ppl"] for point in precision["evals"][other]}
+    rows = [
+        [str(p["step"]), f"{p['eval_ppl']:.2f}", _number(other_by_step.get(p["step"]), 2)]
+        for p in precision["evals"]["fp32"]
+    ]
+    rates = precision["tokens_per_s"]
+    support = precision["cpu_bf16_support"]
+    lines = [
+        f"## {other} against fp32 (ours, same seed, {precision['steps']} steps): validation perplexity by step",
+        "",
+    ]
+    lines += _table(["step", "fp32", other], rows)
+    lines += [
+        "",
+        f"tokens/s: fp32 {_number(rates['fp32'])}, {other} {_number(rates[other])} ({precision['speedup']:.2f}x)"
+        + (f"; this CPU's bf16 support: {support}" if support else ""),
+        "",
+    ]
+    return lines
+
+
+def _recipes_lines(recipes: dict[str, Any]) -> list[str]:
+    names = {"classic": "mlmtrain, classic recipe", "fast": "mlmtrain, fast recipe", "hf": "HF recipe, our schedule"}
+    rows = []
+    for name, row in recipes["rows"].items():
+        probe = "–" if row["probe"] is None else f"{row['probe']['mean']:.4f}"
+        rows.append([names[name], str(row["steps"]), f"{row['train_seconds']:.0f}", f"{row['eval_ppl']:.2f}", probe])
+    fast = ", ".join(f"{key}={value}" for key, value in recipes["fast_recipe"].items())
+    lines = [f"## Recipes at equal wall time ({recipes['budget_s']:g} s each; fast recipe: {fast})", ""]
+    lines += _table(["recipe", "steps", "train s", "final ppl (15 % masks)", "probe test accuracy"], rows)
+    lines += ["", "probe: fine-tuned as `mlmtrain probe` does on --task, mean over --seeds; – without the task.", ""]
+    return lines
+
+
+# Each section's Markdown, in the report's order (the sections a run did not ask for are left out)
+SECTION_LINES: tuple[tuple[str, Callable[[dict[str, Any]], list[str]]], ...] = (
+    ("rounds", _rounds_lines),
+    ("quality", lambda race: _race_lines(race, "Time to quality")),
+    ("tuned", lambda race: _race_lines(race, "Time to quality, HF recipe given our schedule")),
+    ("recipe", _recipe_lines),
+    ("precision", _precision_lines),
+    ("recipes", _recipes_lines),
+    ("growth", _growth_lines),
+    ("electra", _electra_lines),
+    ("downstream", _downstream_lines),
+)
+
+
+def machine(device: str) -> dict[str, Any]:
+    cpu = cpuinfo_field("model name") or platform.processor() or platform.machine()
+    versions = {}
+    for name in SOFTWARE:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = None
+    info = {
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "memory_gib": _memory_gib(),
+        "torch_threads": torch.get_num_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "versions": versions,
+    }
+    if device.startswith("cuda"):
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
+
+
+def _memory_gib() -> Optional[float]:
+    """The machine's physical memory, where the system tells it."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def source_commit() -> dict[str, Any]:
+    """The commit measured (`git rev-parse HEAD` of this checkout) and whether tracked files differ from it; both
+    None where there is no git or no checkout."""
+    head = _git("rev-parse", "HEAD")
+    changed = _git("status", "--porcelain", "--untracked-files=no") if head else None
+    return {"commit": head, "uncommitted_changes": None if changed is None else bool(changed)}
+
+
+def _git(*args: str) -> Optional[str]:
+    try:
+        done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def command_line(argv: list[str]) -> str:
+    """The command as one types it in the repository root: the script by its path in the checkout, after the
+    environment settings that change what it measures."""
+    script = Path(argv[0]).resolve()
+    shown = script.relative_to(REPO) if script.is_relative_to(REPO) else script
+    environment = [f"{name}={os.environ[name]}" for name in COMMAND_ENVIRONMENT if name in os.environ]
+    return shlex.join([*environment, "python", str(shown), *argv[1:]])
+
+
+def write_reports(results: dict[str, Any], out_dir: Path, report_md: Optional[Path] = None) -> list[Path]:
+    """results/benchmark-<time>.json and .md, and the Markdown again at `report_md` (a new file) when asked."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"benchmark-{time.strftime('%Y%m%d-%H%M%S')}"
+    data = dict(results, verdicts=[dict(vars(v), passed=v.passed) for v in results["verdicts"]])
+    stem.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    text = markdown(results)
+    stem.with_suffix(".md").write_text(text)
+    written = [stem.with_suffix(".json"), stem.with_suffix(".md")]
+    if report_md is not None:
+        report_md.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(report_md, "x", encoding="utf-8") as out:  # "x": a file that appeared meanwhile stays
+                out.write(text)
+        except FileExistsError:
+            raise BenchmarkError(
+                f"--report-md {report_md} appeared during the run and was left as it is; the report is {written[1]}"
+            ) from None
+        written.append(report_md)
+    return written

@@ -1,0 +1,161 @@
+"""The speed sections: throughput (ours against the HF recipe) and limit (against the bare step) in interleaved
+rounds with their MFU, precision (fp32 against bf16), and growth (the bare step by seq_len and model size)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from bench.contestants import run_ours, run_worker
+from bench.setup import LABELS, Setup
+from bench.stats import same_step, spread, steady_tokens_per_s
+from mlmtrain.config import load_config
+from mlmtrain.model import flops_per_token
+from mlmtrain.precision import cpu_bf16_support, cpu_vendor, resolve_precision
+from mlmtrain.progress import say
+from mlmtrain.tokenizer import load_tokenizer
+
+# Growth: seq_len varies at one size, size varies at one seq_len.
+GROWTH = {"seq_lens": (128, 256, 512), "seq_size": "mini", "sizes": ("tiny", "mini", "small"), "size_seq": 128}
+
+
+QUICK_GROWTH = {"seq_lens": (32, 64), "seq_size": "tiny", "sizes": ("tiny", "mini"), "size_seq": 32}
+
+
+def _contestants(sections: set[str]) -> list[str]:
+    """Who runs in the timed rounds: ours whenever there is a ratio to make, the peer and the limit on request."""
+    names = ["ours"]
+    if "throughput" in sections:
+        names.append("hf")
+    if "limit" in sections:
+        names.append("bare")
+    return names
+
+
+def _throughput_run(setup: Setup, name: str, round_number: int) -> dict[str, Any]:
+    """One timed run of one contestant: eval off, a step's metrics every step, a checkpoint only at the end."""
+    a = setup.args
+    run_dir = setup.run_dir(f"throughput-{name}-r{round_number}")
+    if name == "ours":
+        overrides = setup.ours(run_dir, extra={"train.max_steps": a.steps, "train.log_every": 1, "train.eval_every": 0})
+        return run_ours(setup, run_dir, overrides)
+    spec = {"config": str(setup.config_path()), "steps": a.steps, "warmup_steps": a.warmup_steps}
+    if name == "hf":
+        spec.update(mode="throughput", train_text=str(setup.train_text), hf_cache=str(setup.work_dir / "hf-datasets"))
+        return run_worker("hf", dict(spec, overrides=setup.hf(run_dir)), run_dir)
+    return run_worker("bare", dict(spec, overrides=setup.ours(run_dir)), run_dir)
+
+
+def measure_rounds(setup: Setup, sections: set[str]) -> dict[str, Any]:
+    """Sections 1 and 2: the contestants interleaved round after round, who goes first rotating each round."""
+    a = setup.args
+    names = _contestants(sections)
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for round_number in range(1, a.rounds + 1):
+        shift = (round_number - 1) % len(names)
+        for name in names[shift:] + names[:shift]:
+            say(f"benchmark: round {round_number}/{a.rounds}: {LABELS[name]}")
+            runs[name].append(_throughput_run(setup, name, round_number))
+    out: dict[str, Any] = {}
+    for name in names:
+        out[name] = dict(
+            spread([steady_tokens_per_s(run["points"], a.warmup_steps) for run in runs[name]]),
+            peak_rss_mb=max(run["process_peak_rss_mb"] for run in runs[name]),
+            # the workers report the GPU's peak; `pretrain` does not tell its own
+            peak_device_mb=_max_or_none([run.get("peak_device_mb") for run in runs[name]]),
+        )
+    out["ours"]["command"] = runs["ours"][0]["command"]
+    if "hf" in out:
+        out["ratio"] = out["ours"]["median"] / out["hf"]["median"]
+    if "bare" in out:
+        out["ours_over_limit"] = out["ours"]["median"] / out["bare"]["median"]
+    out["mfu"] = model_flops_utilisation(setup, out)
+    return out
+
+
+def _max_or_none(values: list[Optional[float]]) -> Optional[float]:
+    known = [value for value in values if value is not None]
+    return max(known) if known else None
+
+
+def model_flops_utilisation(setup: Setup, rounds: dict[str, Any]) -> dict[str, Any]:
+    """MFU = flops_per_token(sparse head) x tokens/s / peak FLOP/s, for every contestant measured."""
+    cfg = load_config(setup.config_path(), setup.ours(setup.run_dir("flops")))
+    vocab_size = len(load_tokenizer(cfg.tokenizer_dir))
+    flops = flops_per_token(cfg.model, vocab_size, cfg.data.seq_len, cfg.masking.mlm_probability, sparse_head=True)
+    peak = setup.args.peak_tflops * 1e12
+    out: dict[str, Any] = {
+        "formula": f"flops_per_token(sparse head) x tokens/s / ({setup.args.peak_tflops:g} TFLOP/s)",
+        "flops_per_token": flops,
+        "peak_tflops": setup.args.peak_tflops,
+    }
+    for name in ("ours", "hf", "bare"):
+        if name in rounds:
+            out[name] = flops * rounds[name]["median"] / peak
+    return out
+
+
+def section_precision(setup: Setup) -> dict[str, Any]:
+    """Section 6: ours in fp32 and in bf16 autocast (bf16-head on a CPU with AVX512-BF16 and no AMX, whether
+    precision auto picks it there or not), same seed, same --recipe-steps steps: the speed-up, so that auto's
+    choice on this machine is checked, and that learning per step is unchanged (validation perplexity at the same
+    step within ~2 %)."""
+    a = setup.args
+    extra = {
+        "optim.warmup_steps": max(1, a.recipe_steps // 10),
+        "train.max_steps": a.recipe_steps,
+        "train.log_every": 1,
+        "train.eval_every": a.eval_every,
+    }
+    runs = {}
+    auto = resolve_precision("auto", torch.device(setup.device)).name
+    support = cpu_bf16_support() if setup.device == "cpu" else None
+    other = "bf16-head" if auto == "bf16-head" or support == "avx512" else "bf16"
+    for name in ("fp32", other):
+        say(f"benchmark: precision: mlmtrain pretrain in {name}, {a.recipe_steps} steps")
+        run_dir = setup.run_dir(f"precision-{name}")
+        runs[name] = run_ours(setup, run_dir, setup.ours(run_dir, extra={**extra, "train.precision": name}))
+    same = same_step(runs[other]["evals"], runs["fp32"]["evals"])
+    rates = {name: steady_tokens_per_s(run["points"], a.warmup_steps) for name, run in runs.items()}
+    return {
+        "steps": a.recipe_steps,
+        "other": other,
+        "auto": auto,
+        "cpu_bf16_support": support and f"{support} ({cpu_vendor() or 'vendor unknown'})",
+        "tokens_per_s": rates,
+        "speedup": rates[other] / rates["fp32"],
+        "evals": {name: run["evals"] for name, run in runs.items()},
+        "same_step": same and {"step": same["step"], "bf16_ppl": same["ours_ppl"], "fp32_ppl": same["hf_ppl"]},
+    }
+
+
+def growth_cells(quick: bool) -> list[tuple[str, int]]:
+    grid = QUICK_GROWTH if quick else GROWTH
+    cells = [(grid["seq_size"], seq_len) for seq_len in grid["seq_lens"]]
+    cells += [(size, grid["size_seq"]) for size in grid["sizes"]]
+    return list(dict.fromkeys(cells))  # the cell the two lines share runs once
+
+
+def section_growth(setup: Setup) -> dict[str, Any]:
+    """Section 8: the bare step's tokens/s and peak memory per (size, seq_len), one process each."""
+    a = setup.args
+    # the bare step has no loader to start: a few warm-up steps do (and seq 512 steps are long on a CPU)
+    warmup_steps = min(a.warmup_steps, a.growth_steps // 2)
+    rows = []
+    for size, seq_len in growth_cells(a.quick):
+        say(f"benchmark: growth: bare step, {size}, seq_len {seq_len}")
+        run_dir = setup.run_dir(f"growth-{size}-{seq_len}")
+        spec = {"config": str(setup.config_path(size)), "steps": a.growth_steps, "warmup_steps": warmup_steps}
+        run = run_worker("bare", dict(spec, overrides=setup.ours(run_dir, seq_len=seq_len)), run_dir)
+        rows.append(
+            {
+                "size": size,
+                "seq_len": seq_len,
+                "parameters": run["parameters"],
+                "tokens_per_s": steady_tokens_per_s(run["points"], warmup_steps),
+                "peak_device_mb": run.get("peak_device_mb"),
+                "peak_rss_mb": run["process_peak_rss_mb"],
+            }
+        )
+    return {"batch": a.batch, "steps": a.growth_steps, "warmup_steps": warmup_steps, "rows": rows}
