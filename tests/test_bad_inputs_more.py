@@ -310,8 +310,13 @@ def test_a_probe_lr_that_is_not_finite_is_one_line(
     assert_one_error_line(lines, "--lr must be a finite number > 0")
 
 
-def test_the_linear_probe_shows_its_progress(model_folder: Path, task: Path, capsys: pytest.CaptureFixture) -> None:
+def test_the_linear_probe_shows_its_progress(
+    model_folder: Path, task: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A linear probe of 10,000 classes ran for minutes with nothing on the screen."""
+    import mlmtrain.progress
+
+    monkeypatch.setattr(mlmtrain.progress, "_is_terminal", lambda stream: True)  # bars as on a terminal
     settings = ProbeSettings(mode="linear", max_length=32, progress=True)
     tokenizer = load_tokenizer(model_folder)
     prepared = PreparedTask.build(load_task(str(task), TaskFields()), tokenizer, settings)

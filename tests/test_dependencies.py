@@ -30,7 +30,8 @@ def imported_packages(folder: Path) -> set[str]:
                 names.update(alias.name.split(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names.add(node.module.split(".")[0])
-    return {name for name in names if name not in sys.stdlib_module_names and name != "mlmtrain"}
+    local = {"mlmtrain", *(path.stem for path in folder.iterdir())}  # the folder's own modules and packages
+    return {name for name in names if name not in sys.stdlib_module_names and name not in local}
 
 
 def test_every_package_the_package_imports_is_declared() -> None:
