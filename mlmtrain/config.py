@@ -143,6 +143,11 @@ class ModelConfig:
     attention_dropout: float = _f(0.1, "dropout on attention probabilities (model.dropout, when set, replaces it)")
     sparse_head: bool = _f(True, "run the MLM head on the selected positions only (same loss, less work)")
     pad_vocab_multiple: int = _f(1, "round the embedding rows up to a multiple of this (64 suits GPUs)")
+    init_from: Union[str, None] = _f(
+        None,
+        "start from this BERT masked LM (a folder or hub name): its weights, shape and tokenizer; shape keys left at "
+        "their defaults take the base's; optimizer and schedule start fresh",
+    )
 
     def validate(self) -> None:
         for name in (
@@ -434,8 +439,9 @@ class Config:
                 f"gives a generator of hidden size {shape['hidden_size']} and {shape['num_heads']} heads, which do "
                 "not divide; choose a share that keeps hidden size / heads whole (e.g. 0.25 or 0.5)",
             )
+        # with model.init_from the lengths are checked against the base's positions once it is read (init_from.py)
         _check(
-            self.data.seq_len <= self.model.max_position_embeddings,
+            bool(self.model.init_from) or self.data.seq_len <= self.model.max_position_embeddings,
             "data.seq_len",
             f"({self.data.seq_len}) must be <= model.max_position_embeddings ({self.model.max_position_embeddings})",
         )
@@ -445,7 +451,9 @@ class Config:
             "is 0 (probe at each evaluation) but train.eval_every is 0 too: set probe.every to a number of steps",
         )
         _check(
-            not self.probe.task or self.probe.max_length <= self.model.max_position_embeddings,
+            not self.probe.task
+            or bool(self.model.init_from)
+            or self.probe.max_length <= self.model.max_position_embeddings,
             "probe.max_length",
             f"({self.probe.max_length}) must be <= model.max_position_embeddings "
             f"({self.model.max_position_embeddings})",

@@ -237,7 +237,7 @@ def is_tokenizer_folder(folder: Path) -> bool:
     return (folder / _CONFIG_FILE).is_file() and any((folder / name).is_file() for name in _VOCAB_FILES)
 
 
-def _looks_like_path(name: str) -> bool:
+def looks_like_path(name: str) -> bool:
     # Hub ids are NAME or ORG/NAME; anything else that is not on disk is a mistyped local path.
     return name.startswith((".", "/", "~", "\\")) or name.count("/") > 1 or "\\" in name
 
@@ -246,7 +246,7 @@ def load_tokenizer(name_or_folder: Union[str, Path]) -> transformers.PreTrainedT
     """A fast tokenizer from a local folder or a hub name, with a clear UserError when it cannot be had."""
     name = str(name_or_folder)
     path = Path(name).expanduser()
-    if path.exists() or isinstance(name_or_folder, Path) or _looks_like_path(name):
+    if path.exists() or isinstance(name_or_folder, Path) or looks_like_path(name):
         if not path.is_dir():
             what = "is a file" if path.exists() else "does not exist"
             raise UserError("tokenizer", f"tokenizer folder {path} {what}; pass the folder written by `tokenize`")

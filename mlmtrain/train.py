@@ -22,6 +22,7 @@ from mlmtrain.electra import masking_rate_note
 from mlmtrain.errors import UserError, interrupt_on_sigterm, loader_worker_died
 from mlmtrain.files import write_failure
 from mlmtrain.guard import RunLock, StopRequested, check_before_start, claim_run_dir
+from mlmtrain.init_from import resolve_init_from
 from mlmtrain.objective import evaluate_trained
 from mlmtrain.probe import LiveProbe, ProbeDiverged, Task, live_task, metric_record
 from mlmtrain.progress import Reporter, say
@@ -41,6 +42,7 @@ from mlmtrain.tokens import TokenStore, tokenize_corpus
 
 def pretrain(cfg: Config, resume: Optional[str] = None, overwrite: bool = False) -> Path:
     """`mlmtrain pretrain`: returns the folder of the final checkpoint."""
+    resolve_init_from(cfg)  # a base that cannot be used is refused before anything is written
     ctx = init_distributed(cfg.train.device)
     try:
         return _pretrain(cfg, ctx, resume, overwrite)
@@ -216,6 +218,8 @@ class Loop:
         stopped = False
         eval_loss: Optional[float] = None
         try:
+            if cfg.model.init_from and state.step == 0:  # the base model's own figures open metrics.jsonl
+                self.evaluate(reporter)
             while budget_progress(cfg, state) < 1.0:
                 # fetch the step's micro-batches (timed: a loop that waits for data is data-bound), then one step
                 fetch_started = time.perf_counter()
