@@ -84,11 +84,17 @@ class TokenizerConfig:
     strip_accents: Union[bool, None] = _f(None, "strip accents; null: follow lowercase, as BERT does")
     min_frequency: int = _f(2, "a merge must occur this often to enter the vocabulary")
     limit_alphabet: int = _f(1000, "at most this many distinct characters in the initial alphabet")
+    extend_vocab: int = _f(
+        0,
+        "with model.init_from: add up to this many whole words frequent in data.train that the base's tokenizer "
+        "splits into several pieces, each new embedding row the mean of its pieces' rows; 0: none",
+    )
 
     def validate(self) -> None:
         _check(self.vocab_size >= 16, "tokenizer.vocab_size", f"must be >= 16 (got {self.vocab_size})")
         _check(self.min_frequency >= 1, "tokenizer.min_frequency", "must be >= 1")
         _check(self.limit_alphabet >= 1, "tokenizer.limit_alphabet", "must be >= 1")
+        _check(self.extend_vocab >= 0, "tokenizer.extend_vocab", f"must be >= 0 (got {self.extend_vocab})")
 
 
 @dataclass
@@ -439,6 +445,11 @@ class Config:
                 f"gives a generator of hidden size {shape['hidden_size']} and {shape['num_heads']} heads, which do "
                 "not divide; choose a share that keeps hidden size / heads whole (e.g. 0.25 or 0.5)",
             )
+        _check(
+            not self.tokenizer.extend_vocab or bool(self.model.init_from),
+            "tokenizer.extend_vocab",
+            "extends the tokenizer of an existing model: set model.init_from too, or drop tokenizer.extend_vocab",
+        )
         # with model.init_from the lengths are checked against the base's positions once it is read (init_from.py)
         _check(
             bool(self.model.init_from) or self.data.seq_len <= self.model.max_position_embeddings,

@@ -8,12 +8,13 @@ set to another value is refused, dropout keys may be set. Optimizer and schedule
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
-from mlmtrain.config import Config, ModelConfig, TokenizerConfig
+from mlmtrain.config import Config, ModelConfig, TokenizerConfig, read_yaml
 from mlmtrain.errors import UserError
 from mlmtrain.hub import hub_unreachable
 
@@ -74,8 +75,6 @@ def _hub_snapshot(name: str) -> Path:
 
 
 def _base_config(folder: Path, name: str) -> dict[str, Any]:
-    import json
-
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -122,6 +121,10 @@ def resolve_init_from(cfg: Config, check_weights: bool = True) -> None:
     config = check_base(name) if check_weights else _base_config(base_folder(name), name)
     _take_shape(cfg.model, config, name)
     _take_tokenizer(cfg.tokenizer, config, name)
+    if cfg.tokenizer.extend_vocab:
+        from mlmtrain.tokenizer import extendable_vocab, load_tokenizer
+
+        extendable_vocab(load_tokenizer(name), name)  # a tokenizer that cannot be extended is refused now
     positions = cfg.model.max_position_embeddings
     lengths = [("data.seq_len", cfg.data.seq_len)] + (
         [("probe.max_length", cfg.probe.max_length)] if cfg.probe.task else []
@@ -187,10 +190,97 @@ def load_base_model(cfg: Config) -> Any:
     from mlmtrain.evaluate import quiet_transformers
 
     with quiet_transformers():
-        return BertForMaskedLM.from_pretrained(
+        model = BertForMaskedLM.from_pretrained(
             str(base_folder(cfg.model.init_from)),
             attn_implementation="sdpa",
             dtype=torch.float32,
             hidden_dropout_prob=cfg.model.hidden_dropout_prob,
             attention_probs_dropout_prob=cfg.model.attention_dropout_prob,
         )
+    add_word_rows(model, cfg)
+    return model
+
+
+ADDED_WORDS = "added_words.txt"  # beside the run: the words tokenizer.extend_vocab added, one a line, in id order
+
+
+def added_words(cfg: Config) -> list[str]:
+    """The words tokenizer.extend_vocab added to the run's tokenizer (as its mlmtrain-tokenizer.json records)."""
+    from mlmtrain.tokenizer import tokenizer_record
+
+    return list((tokenizer_record(cfg.tokenizer_dir) or {}).get("added_words") or [])
+
+
+def write_added_words(cfg: Config, run_dir: Path) -> None:
+    """RUN_DIR/added_words.txt, when the run's tokenizer has words tokenizer.extend_vocab added."""
+    words = added_words(cfg)
+    if words:
+        (run_dir / ADDED_WORDS).write_text("".join(word + "\n" for word in words), encoding="utf-8")
+
+
+def add_word_rows(model: Any, cfg: Config) -> None:
+    """Rows for the words tokenizer.extend_vocab added to the run's tokenizer (none: nothing): each word's
+    embedding row and output bias start as the mean of those of the base's pieces of it."""
+    from mlmtrain.tokenizer import load_tokenizer
+
+    words = added_words(cfg)
+    if not words:
+        return
+    base, extended = load_tokenizer(cfg.model.init_from).backend_tokenizer, load_tokenizer(cfg.tokenizer_dir)
+    ids = extended.convert_tokens_to_ids(words)
+    model.resize_token_embeddings(max(model.config.vocab_size, max(ids) + 1), mean_resizing=False)
+    tables = [model.get_input_embeddings().weight, model.get_output_embeddings().weight]
+    bias = model.get_output_embeddings().bias
+    with torch.no_grad():
+        for word, new_id in zip(words, ids, strict=True):
+            pieces = [token.id for token in base.model.tokenize(word)]
+            for table in {id(t): t for t in tables}.values():  # the decoder is the embedding when they are tied
+                table[new_id] = table[pieces].mean(0)
+            if bias is not None:
+                bias[new_id] = bias[pieces].mean()
+
+
+# ---------------------------------------------------------------------------------------------
+# A second phase: a longer data.seq_len than the checkpoint or base was trained with
+
+
+def _trained_seq_len(folder: Path) -> Optional[int]:
+    """data.seq_len of the mlmtrain.yaml beside a model (None: no such file, or not one mlmtrain wrote)."""
+    try:
+        value = (read_yaml(folder / "mlmtrain.yaml").get("data") or {}).get("seq_len")
+    except UserError:
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _positions(folder: Path) -> Optional[int]:
+    try:
+        value = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) else None
+
+
+def second_phase_note(cfg: Config, resume_from: Optional[Path]) -> Optional[str]:
+    """The note for a run that continues a checkpoint (--resume) or a base (model.init_from) at a longer
+    data.seq_len than it was trained with (None otherwise); UserError for a seq_len beyond the checkpoint's
+    positions."""
+    if resume_from is None and not cfg.model.init_from:
+        return None
+    folder = resume_from if resume_from is not None else base_folder(cfg.model.init_from)
+    seq_len, positions = cfg.data.seq_len, _positions(folder)
+    if positions is not None and seq_len > positions:
+        raise UserError(
+            "config",
+            f"data.seq_len ({seq_len}) is beyond the {positions} positions of {folder}; set data.seq_len to "
+            f"{positions} or less",
+        )
+    before = _trained_seq_len(folder)
+    if before is None or seq_len <= before:
+        return None
+    return (
+        f"note: second phase: data.seq_len {seq_len}, up from the {before} that {folder} was trained with (the "
+        f"model has {positions} positions); positions past {before} start barely trained, as in BERT's second "
+        "phase (90 % of the steps at 128 tokens, the rest at 512), and evaluations at the new length are not "
+        "comparable with the earlier ones"
+    )

@@ -210,6 +210,70 @@ def copy_tokenizer(tokenizer: transformers.PreTrainedTokenizerFast, folder: Path
     _replace_tokenizer_folder(Path(folder), write)
 
 
+def extendable_vocab(tokenizer: transformers.PreTrainedTokenizerFast, name: str) -> dict[str, int]:
+    """The WordPiece vocabulary of `tokenizer`, if new words can be appended to it (UserError otherwise)."""
+    model = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
+    if model.get("type") != "WordPiece":
+        raise UserError(
+            "tokenizer",
+            f"tokenizer.extend_vocab extends WordPiece tokenizers, and the one of {name} is {model.get('type')}; "
+            "drop tokenizer.extend_vocab",
+        )
+    vocab = model["vocab"]
+    if len(tokenizer) != len(vocab) or sorted(vocab.values()) != list(range(len(vocab))):
+        raise UserError(
+            "tokenizer",
+            f"tokenizer.extend_vocab cannot extend the tokenizer of {name}: it has tokens beyond its WordPiece "
+            f"vocabulary ({len(tokenizer)} tokens, {len(vocab)} in the vocabulary); drop tokenizer.extend_vocab",
+        )
+    return vocab
+
+
+def frequent_split_words(
+    tokenizer: transformers.PreTrainedTokenizerFast, texts: Iterable[str], limit: int, name: str
+) -> list[str]:
+    """Up to `limit` words of `texts` (as the tokenizer normalizes and splits them), most frequent first (ties in
+    alphabetical order), that it encodes as several pieces, none unknown; each seen at least twice."""
+    from collections import Counter
+
+    vocab = extendable_vocab(tokenizer, name)
+    backend = tokenizer.backend_tokenizer
+    counts: Counter[str] = Counter()
+    for text in texts:
+        normalized = backend.normalizer.normalize_str(text) if backend.normalizer else text
+        counts.update(word for word, _ in backend.pre_tokenizer.pre_tokenize_str(normalized))
+    words = []
+    for word, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        if len(words) == limit or count < 2:
+            break
+        if word in vocab or not any(c.isalpha() for c in word):
+            continue
+        pieces = [token.value for token in backend.model.tokenize(word)]
+        if len(pieces) > 1 and tokenizer.unk_token not in pieces:
+            words.append(word)
+    return words
+
+
+def extend_tokenizer(
+    tokenizer: transformers.PreTrainedTokenizerFast, words: list[str], folder: Path, record: dict, name: str
+) -> None:
+    """Save `tokenizer` with `words` appended to its WordPiece vocabulary (ids from len(tokenizer) on) as mlmtrain's
+    tokenizer folder, atomically: WordPiece then matches each of them as one piece."""
+    vocab = dict(extendable_vocab(tokenizer, name))
+    vocab.update({word: len(vocab) + index for index, word in enumerate(words)})
+
+    def write(staging: Path) -> None:
+        tokenizer.save_pretrained(str(staging))
+        saved = json.loads((staging / "tokenizer.json").read_text(encoding="utf-8"))
+        saved["model"]["vocab"] = vocab
+        (staging / "tokenizer.json").write_text(json.dumps(saved, ensure_ascii=False), encoding="utf-8")
+        in_order = sorted(vocab, key=vocab.__getitem__)
+        (staging / "vocab.txt").write_text("".join(token + "\n" for token in in_order), encoding="utf-8")
+        (staging / TOKENIZER_META).write_text(json.dumps(record, indent=1), encoding="utf-8")
+
+    _replace_tokenizer_folder(Path(folder), write)
+
+
 def _replace_tokenizer_folder(folder: Path, write: Callable[[Path], None]) -> None:
     # Never replace something that is not ours: a mistyped tokenizer.path could name a run or a model folder.
     replace_folder(

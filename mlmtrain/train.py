@@ -22,7 +22,7 @@ from mlmtrain.electra import masking_rate_note
 from mlmtrain.errors import UserError, interrupt_on_sigterm, loader_worker_died
 from mlmtrain.files import write_failure
 from mlmtrain.guard import RunLock, StopRequested, check_before_start, claim_run_dir
-from mlmtrain.init_from import resolve_init_from
+from mlmtrain.init_from import resolve_init_from, second_phase_note, write_added_words
 from mlmtrain.objective import evaluate_trained
 from mlmtrain.probe import LiveProbe, ProbeDiverged, Task, live_task, metric_record
 from mlmtrain.progress import Reporter, say
@@ -66,6 +66,9 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
         resume_from = ckpt.resolve_resume(run_dir, resume) if resume is not None else None
         # a resume that cannot work is refused before the tokenizer or the store is rebuilt
         on_main(ctx, lambda: check_before_start(cfg, ctx.device, resume_from))
+        note = on_main(ctx, lambda: second_phase_note(cfg, resume_from))
+        if note and ctx.is_main:
+            say(note)
         with interrupt_on_sigterm():  # tokenizing and set-up: SIGTERM says "interrupted" like Ctrl-C
             on_main(ctx, lambda: _ensure_data(cfg))
             if ctx.is_main and resume == "auto" and resume_from is None:
@@ -166,6 +169,7 @@ def _announce(parts: Parts, run_dir: Path, resume_from: Optional[Path]) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir)
         (run_dir / "run.json").write_text(json.dumps(facts, indent=1))
+        write_added_words(cfg, run_dir)
     except OSError as error:  # a full disk or a quota, met before the first step
         raise UserError(
             "run",

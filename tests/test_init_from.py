@@ -31,7 +31,7 @@ def base_tokenizer(mask: bool = True):
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + (["[MASK]"] if mask else [])
     letters = list(string.ascii_lowercase)
-    vocab = [*specials, ".", *sorted(set(WORDS)), *letters, *("##" + c for c in letters)]
+    vocab = list(dict.fromkeys([*specials, ".", *sorted(set(WORDS)), *letters, *("##" + c for c in letters)]))
     backend = Tokenizer(models.WordPiece({piece: i for i, piece in enumerate(vocab)}, unk_token="[UNK]"))
     backend.normalizer = normalizers.BertNormalizer(lowercase=True)
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -43,11 +43,12 @@ def base_tokenizer(mask: bool = True):
     return PreTrainedTokenizerFast(tokenizer_object=backend, **roles, **({"mask_token": "[MASK]"} if mask else {}))
 
 
-def write_base(folder: Path, head: str = "BertForMaskedLM", mask: bool = True) -> Path:
-    """A tiny BERT (`head`: BertForMaskedLM, BertForSequenceClassification) and its tokenizer, by save_pretrained."""
+def write_base(folder: Path, head: str = "BertForMaskedLM", mask: bool = True, tokenizer=None) -> Path:
+    """A tiny BERT (`head`: BertForMaskedLM, BertForSequenceClassification) and its tokenizer (by default
+    `base_tokenizer(mask)`), by save_pretrained."""
     import transformers
 
-    tokenizer = base_tokenizer(mask)
+    tokenizer = tokenizer or base_tokenizer(mask)
     torch.manual_seed(7)
     config = transformers.BertConfig(vocab_size=len(tokenizer), max_position_embeddings=POSITIONS, **SHAPE)
     getattr(transformers, head)(config).save_pretrained(str(folder))
@@ -241,3 +242,86 @@ def test_a_hub_name_offline_is_one_line(monkeypatch: pytest.MonkeyPatch, tiny_da
     cfg = load_config(None, continue_options(tiny_data, Path("someone/no-such-bert"), tmp_path))
     with pytest.raises(UserError, match="unreachable .*offline mode.* not in the local cache"):
         resolve_init_from(cfg)
+
+
+# ---------------------------------------------------------------------------------------------
+# tokenizer.extend_vocab
+
+
+def test_extend_vocab_adds_the_frequent_split_words_with_mean_initialised_rows(
+    base: Path, tiny_data: Path, tmp_path: Path
+) -> None:
+    from transformers import AutoTokenizer, BertForMaskedLM
+
+    from mlmtrain.distributed import init_distributed
+    from mlmtrain.step import build_parts
+    from mlmtrain.tokens import tokenize_corpus
+
+    ordinary = write_corpus(tmp_path / "ordinary.txt", 100, seed=3).read_text().splitlines()
+    # wonderland in every line, rabbit in every other, hatter once (too rare): two words split into letters today
+    lines = [f"{line} Wonderland{' rabbit' if i % 2 else ''}." for i, line in enumerate(ordinary)] + ["The hatter."]
+    (tmp_path / "new.txt").write_text("\n".join(lines) + "\n")
+    extra = {"data.train": str(tmp_path / "new.txt"), "tokenizer.extend_vocab": 3, "train.max_steps": 2}
+    cfg = load_config(None, continue_options(tiny_data, base, tmp_path, **extra))
+    resolve_init_from(cfg)
+    tokenize_corpus(cfg, quiet=True)
+    parts = build_parts(cfg, init_distributed("cpu"))
+    base_tokenizer_, first_new = base_tokenizer(), len(base_tokenizer())
+    extended = AutoTokenizer.from_pretrained(str(cfg.tokenizer_dir))
+    assert extended("wonderland rabbit", add_special_tokens=False).input_ids == [first_new, first_new + 1]
+    original = BertForMaskedLM.from_pretrained(str(base))
+    rows, bias = parts.mlm.get_input_embeddings().weight, parts.mlm.cls.predictions.decoder.bias
+    assert rows.shape[0] == first_new + 2 and parts.mlm.cls.predictions.decoder.weight is rows
+    for offset, word in enumerate(["wonderland", "rabbit"]):
+        pieces = base_tokenizer_(word, add_special_tokens=False).input_ids
+        assert len(pieces) == len(word)
+        expected = original.get_input_embeddings().weight[pieces].mean(0)
+        assert torch.allclose(rows[first_new + offset], expected)
+        assert torch.allclose(bias[first_new + offset], original.cls.predictions.decoder.bias[pieces].mean())
+    assert torch.equal(rows[:first_new], original.get_input_embeddings().weight)  # the base's rows are untouched
+    final = pretrain(cfg)
+    assert (tmp_path / "run" / "added_words.txt").read_text().split() == ["wonderland", "rabbit"]
+    assert len(AutoTokenizer.from_pretrained(str(final))) == first_new + 2
+    assert json.loads((final / "config.json").read_text())["vocab_size"] == first_new + 2
+    # a resume keeps the extended tokenizer (it is current for this corpus) and the checkpoint's rows
+    more = load_config(None, continue_options(tiny_data, base, tmp_path, **{**extra, "train.max_steps": 3}))
+    assert pretrain(more, resume="auto").name == "step-3"
+
+
+def test_extend_vocab_refuses_what_it_cannot_extend(
+    base: Path, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    tokenizer = base_tokenizer()
+    tokenizer.add_tokens(["<extra>"])  # a token beyond the WordPiece vocabulary: new ids would collide with it
+    odd = write_base(tmp_path / "odd", tokenizer=tokenizer)
+    for folder, extra, needle in (
+        (odd, {"tokenizer.extend_vocab": 5}, "beyond its WordPiece vocabulary"),
+        (None, {"tokenizer.extend_vocab": 5, "model.init_from": None}, "set model.init_from too"),
+    ):
+        options = continue_options(tiny_data, folder or base, tmp_path, **extra)
+        code, lines = run_cli(capsys, "pretrain", *[arg for pair in options for arg in ("--set", pair)])
+        assert code == 2
+        assert_one_error_line(lines, "tokenizer", needle)
+        assert not (tmp_path / "run").exists() and not (tmp_path / "tokens").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# A second phase at a longer data.seq_len
+
+
+def test_a_longer_seq_len_is_a_second_phase_with_a_note_and_beyond_the_positions_is_refused(
+    tiny_config, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    short = {"train.max_steps": 2, "train.eval_every": 0, "checkpoint.save_every": 0}
+    first = pretrain(tiny_config(**short))  # an mlmtrain run at seq_len 32, positions 64
+    capsys.readouterr()
+    longer = {**short, "train.max_steps": 3, "data.seq_len": 64}
+    pretrain(tiny_config(**longer), resume="auto")
+    assert "second phase: data.seq_len 64, up from the 32" in capsys.readouterr().err
+    # the same from the checkpoint as a base (model.init_from): its mlmtrain.yaml says it trained at 32
+    options = continue_options(tiny_data, first, tmp_path / "again", **{**longer, "data.seq_len": 64})
+    pretrain(load_config(None, options))
+    assert "second phase: data.seq_len 64, up from the 32" in capsys.readouterr().err
+    beyond = tiny_config(**{**longer, "train.max_steps": 4, "data.seq_len": 128, "model.max_position_embeddings": 128})
+    with pytest.raises(UserError, match="data.seq_len .128. is beyond the 64 positions of"):
+        pretrain(beyond, resume="auto")
