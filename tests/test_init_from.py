@@ -4,6 +4,7 @@ resumes exactly; bad bases and conflicting keys are refused in one line with not
 
 from __future__ import annotations
 
+import contextlib
 import json
 import string
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mlmtrain.cli import main as cli_main
 from mlmtrain.config import load_config
 from mlmtrain.errors import UserError
 from mlmtrain.init_from import resolve_init_from
@@ -155,6 +157,11 @@ def test_continued_run_starts_at_the_bases_perplexity_learns_and_keeps_its_token
         str(base),
     )
     assert json.loads((final / "config.json").read_text())["vocab_size"] == len(base_tokenizer())
+    # the report's budget check does not judge a run that continues a pretrained model
+    capsys.readouterr()
+    with contextlib.suppress(SystemExit):  # exit 1 when another check fails
+        cli_main(["report", str(tmp_path / "run"), "--check"])
+    assert "n/a  tokens per parameter: the run continues" in capsys.readouterr().out
 
 
 def test_an_init_from_run_resumes_exactly(base: Path, tiny_data: Path, tmp_path: Path) -> None:
