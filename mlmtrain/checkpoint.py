@@ -29,6 +29,7 @@ from mlmtrain.config import PAIR_OBJECTIVES, Config, read_yaml, save_config
 from mlmtrain.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.errors import UserError, first_line, loader_worker_died
 from mlmtrain.files import remove_dead_leftovers, write_failure
+from mlmtrain.init_from import base_folder
 from mlmtrain.model_card import write_model_card
 from mlmtrain.pooler import add_pooler
 from mlmtrain.tokenizer import TOKENIZER_FILES, load_tokenizer, save_tokenizer_files, tokenizer_fingerprint
@@ -122,6 +123,7 @@ def save_checkpoint(
     # named after this process and a random suffix: never the name of something already there
     writer = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staging = root / f".tmp-step-{step}-{writer}"
+    pooler_source = base_folder(cfg.model.init_from) if cfg.model.init_from else None  # the base's pooler stays
     try:
         staging.mkdir()
         model.save_pretrained(str(staging), safe_serialization=True)
@@ -129,7 +131,7 @@ def save_checkpoint(
         model_folders = [*(c.parent for c in staging.glob("*/config.json")), staging]
         for model_folder in model_folders:
             save_tokenizer_files(tokenizer, model_folder)
-            add_pooler(model_folder, cfg.train.seed)  # so AutoModel loads no randomly initialised pooler
+            add_pooler(model_folder, cfg.train.seed, pooler_source)  # AutoModel then loads no random pooler
         save_config(cfg, staging)
         write_model_card(staging, cfg, step, metrics or {}, state, run_dir)
         torch.save(state, staging / STATE_FILE)

@@ -303,8 +303,12 @@ def push(
 
 @config_app.command("show")
 def config_show(config: Optional[Path] = ConfigOption, overrides: list[str] = SetOption) -> None:
-    """Print the resolved config (file + overrides + defaults) as YAML."""
-    typer.echo(_load(config, overrides).to_yaml(), nl=False)
+    """Print the resolved config (file + overrides + defaults, model.init_from's shape and tokenizer) as YAML."""
+    from mlmtrain.init_from import resolve_init_from
+
+    cfg = _load(config, overrides)
+    resolve_init_from(cfg, check_weights=False)
+    typer.echo(cfg.to_yaml(), nl=False)
 
 
 @config_app.command("fields")

@@ -200,8 +200,10 @@ def run_tokenize_command(cfg: Any) -> Path:
     tokenizer and store under it, so two commands must not write them at once."""
     from mlmtrain.errors import interrupt_on_sigterm
     from mlmtrain.guard import locked
+    from mlmtrain.init_from import resolve_init_from
     from mlmtrain.tokens import tokenize_corpus
 
+    resolve_init_from(cfg)  # the tokenizer of model.init_from's base is the one to use
     with locked(Path(cfg.train.run_dir)), interrupt_on_sigterm():
         return tokenize_corpus(cfg)
 

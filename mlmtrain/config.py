@@ -85,11 +85,17 @@ class TokenizerConfig:
     strip_accents: Union[bool, None] = _f(None, "strip accents; null: follow lowercase, as BERT does")
     min_frequency: int = _f(2, "a merge must occur this often to enter the vocabulary")
     limit_alphabet: int = _f(1000, "at most this many distinct characters in the initial alphabet")
+    extend_vocab: int = _f(
+        0,
+        "with model.init_from: add up to this many whole words frequent in data.train that the base's tokenizer "
+        "splits into several pieces, each new embedding row the mean of its pieces' rows; 0: none",
+    )
 
     def validate(self) -> None:
         _check(self.vocab_size >= 16, "tokenizer.vocab_size", f"must be >= 16 (got {self.vocab_size})")
         _check(self.min_frequency >= 1, "tokenizer.min_frequency", "must be >= 1")
         _check(self.limit_alphabet >= 1, "tokenizer.limit_alphabet", "must be >= 1")
+        _check(self.extend_vocab >= 0, "tokenizer.extend_vocab", f"must be >= 0 (got {self.extend_vocab})")
 
 
 @dataclass
@@ -144,6 +150,11 @@ class ModelConfig:
     attention_dropout: float = _f(0.1, "dropout on attention probabilities (model.dropout, when set, replaces it)")
     sparse_head: bool = _f(True, "run the MLM head on the selected positions only (same loss, less work)")
     pad_vocab_multiple: int = _f(1, "round the embedding rows up to a multiple of this (64 suits GPUs)")
+    init_from: Union[str, None] = _f(
+        None,
+        "start from this BERT masked LM (a folder or hub name): its weights, shape and tokenizer; shape keys left at "
+        "their defaults take the base's; optimizer and schedule start fresh",
+    )
 
     def validate(self) -> None:
         for name in (
@@ -499,7 +510,13 @@ class Config:
                 "not divide; choose a share that keeps hidden size / heads whole (e.g. 0.25 or 0.5)",
             )
         _check(
-            self.data.seq_len <= self.model.max_position_embeddings,
+            not self.tokenizer.extend_vocab or bool(self.model.init_from),
+            "tokenizer.extend_vocab",
+            "extends the tokenizer of an existing model: set model.init_from too, or drop tokenizer.extend_vocab",
+        )
+        # with model.init_from the lengths are checked against the base's positions once it is read (init_from.py)
+        _check(
+            bool(self.model.init_from) or self.data.seq_len <= self.model.max_position_embeddings,
             "data.seq_len",
             f"({self.data.seq_len}) must be <= model.max_position_embeddings ({self.model.max_position_embeddings})",
         )
@@ -509,7 +526,9 @@ class Config:
             "is 0 (probe at each evaluation) but train.eval_every is 0 too: set probe.every to a number of steps",
         )
         _check(
-            not self.probe.task or self.probe.max_length <= self.model.max_position_embeddings,
+            not self.probe.task
+            or bool(self.model.init_from)
+            or self.probe.max_length <= self.model.max_position_embeddings,
             "probe.max_length",
             f"({self.probe.max_length}) must be <= model.max_position_embeddings "
             f"({self.model.max_position_embeddings})",

@@ -279,6 +279,9 @@ def _planned_steps(run: Run) -> Optional[float]:
 
 def check_tokens_per_parameter(run: Run, limits: ReportConfig) -> Verdict:
     name = "tokens per parameter"
+    base = run.setting("model", "init_from")
+    if base:  # continued pretraining: the model's budget was spent on the base, this run adapts it
+        return Verdict(name, UNKNOWN, f"the run continues {base} (model.init_from), which was pretrained already")
     if not run.parameters:
         return Verdict(name, UNKNOWN, "the model size is unknown until the first checkpoint")
     planned, per_step = _planned_steps(run), _tokens_per_step(run)

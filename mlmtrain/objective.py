@@ -112,7 +112,12 @@ def training_flops_per_token(cfg: Config, vocab_size: int) -> float:
 
 
 def build_trained(cfg: Config, vocab: VocabInfo) -> Any:
-    """A freshly initialised model of the objective: what the optimizer steps and checkpoints save."""
+    """A freshly initialised model of the objective (or model.init_from's base): what the optimizer steps and
+    checkpoints save."""
+    if cfg.model.init_from:
+        from mlmtrain.init_from import load_base_model
+
+        return load_base_model(cfg)
     if cfg.train.objective == "electra":
         from mlmtrain.electra import build_electra
 

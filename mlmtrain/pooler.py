@@ -1,6 +1,7 @@
 """The pooler a saved model folder lacks: `BertForMaskedLM` has none, so `AutoModel` and
 `AutoModelForSequenceClassification` would initialise `pooler.dense` at random on every load (two loads of one
-checkpoint would differ). `add_pooler` writes it into the folder's weights, drawn from the run's seed.
+checkpoint would differ). `add_pooler` writes it into the folder's weights: the base's pooler for a run that
+continues a model with one (`model.init_from`), else one drawn from the run's seed.
 
 A model that already has a pooler (one an objective trains, a fine-tuned classifier) is left as it is, and so is a
 model type whose base model has none (ELECTRA).
@@ -73,9 +74,10 @@ def pooler_tensors(shapes: dict[str, torch.Size], std: float, seed: int, dtype: 
     return tensors
 
 
-def add_pooler(folder: Path, seed: int) -> bool:
-    """Write pooler weights drawn from `seed` into the Hugging Face model folder `folder` when its model type has a
-    pooler and its weights hold none; True when it wrote them."""
+def add_pooler(folder: Path, seed: int, source: Optional[Path] = None) -> bool:
+    """Write pooler weights into the Hugging Face model folder `folder` when its model type has a pooler and its
+    weights hold none: those of the model folder `source` (the base a run continues) where it has them, else drawn
+    from `seed`; True when it wrote them."""
     from transformers import AutoConfig
 
     folder = Path(folder)
@@ -91,9 +93,33 @@ def add_pooler(folder: Path, seed: int) -> bool:
         return False
     # the saved model's keys name the base model by its prefix (bert.encoder...) unless it is the base model itself
     lead = f"{prefix}." if any(name.startswith(f"{prefix}.") for name in names) else ""
-    fresh = pooler_tensors(shapes, getattr(config, "initializer_range", 0.02), seed, _saved_dtype(folder, names))
-    _write_tensors(folder, {lead + name: value for name, value in fresh.items()})
+    dtype = _saved_dtype(folder, names)
+    kept = _source_pooler(source, prefix, shapes) if source is not None else None
+    fresh = kept or pooler_tensors(shapes, getattr(config, "initializer_range", 0.02), seed, dtype)
+    _write_tensors(folder, {lead + name: value.to(dtype) for name, value in fresh.items()})
     return True
+
+
+def _source_pooler(source: Path, prefix: str, shapes: dict[str, torch.Size]) -> Optional[dict[str, torch.Tensor]]:
+    """The pooler tensors of the model folder `source` (its safetensors weights, under either naming), when it has
+    all of them in the shapes wanted; None otherwise (no pooler, other weights, other shapes)."""
+    source = Path(source)
+    if not (source / WEIGHTS).is_file() and not (source / WEIGHTS_INDEX).is_file():
+        return None
+    names = set(_saved_names(source))
+    index = source / WEIGHTS_INDEX
+    weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"] if index.is_file() else {}
+    found = {}
+    for name, shape in shapes.items():
+        stored = next((n for n in (f"{prefix}.{name}", name) if n in names), None)
+        if stored is None:
+            return None
+        with safe_open(str(source / weight_map.get(stored, WEIGHTS)), "pt") as weights:
+            tensor = weights.get_tensor(stored)
+        if tensor.shape != shape:
+            return None
+        found[name] = tensor
+    return found
 
 
 def _write_tensors(folder: Path, added: dict[str, torch.Tensor]) -> None:

@@ -234,6 +234,69 @@ def save_tokenizer_files(tokenizer: transformers.PreTrainedTokenizerBase, folder
         (folder / "special_tokens_map.json").write_text(special + "\n", "utf-8")
 
 
+def extendable_vocab(tokenizer: transformers.PreTrainedTokenizerFast, name: str) -> dict[str, int]:
+    """The WordPiece vocabulary of `tokenizer`, if new words can be appended to it (UserError otherwise)."""
+    model = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
+    if model.get("type") != "WordPiece":
+        raise UserError(
+            "tokenizer",
+            f"tokenizer.extend_vocab extends WordPiece tokenizers, and the one of {name} is {model.get('type')}; "
+            "drop tokenizer.extend_vocab",
+        )
+    vocab = model["vocab"]
+    if len(tokenizer) != len(vocab) or sorted(vocab.values()) != list(range(len(vocab))):
+        raise UserError(
+            "tokenizer",
+            f"tokenizer.extend_vocab cannot extend the tokenizer of {name}: it has tokens beyond its WordPiece "
+            f"vocabulary ({len(tokenizer)} tokens, {len(vocab)} in the vocabulary); drop tokenizer.extend_vocab",
+        )
+    return vocab
+
+
+def frequent_split_words(
+    tokenizer: transformers.PreTrainedTokenizerFast, texts: Iterable[str], limit: int, name: str
+) -> list[str]:
+    """Up to `limit` words of `texts` (as the tokenizer normalizes and splits them), most frequent first (ties in
+    alphabetical order), that it encodes as several pieces, none unknown; each seen at least twice."""
+    from collections import Counter
+
+    vocab = extendable_vocab(tokenizer, name)
+    backend = tokenizer.backend_tokenizer
+    counts: Counter[str] = Counter()
+    for text in texts:
+        normalized = backend.normalizer.normalize_str(text) if backend.normalizer else text
+        counts.update(word for word, _ in backend.pre_tokenizer.pre_tokenize_str(normalized))
+    words = []
+    for word, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        if len(words) == limit or count < 2:
+            break
+        if word in vocab or not any(c.isalpha() for c in word):
+            continue
+        pieces = [token.value for token in backend.model.tokenize(word)]
+        if len(pieces) > 1 and tokenizer.unk_token not in pieces:
+            words.append(word)
+    return words
+
+
+def extend_tokenizer(
+    tokenizer: transformers.PreTrainedTokenizerFast, words: list[str], folder: Path, record: dict, name: str
+) -> None:
+    """Save `tokenizer` with `words` appended to its WordPiece vocabulary (ids from len(tokenizer) on) as mlmtrain's
+    tokenizer folder, atomically: WordPiece then matches each of them as one piece."""
+    vocab = dict(extendable_vocab(tokenizer, name))
+    vocab.update({word: len(vocab) + index for index, word in enumerate(words)})
+
+    def write(staging: Path) -> None:
+        save_tokenizer_files(tokenizer, staging)  # then the vocabulary, extended, in both of its files
+        saved = json.loads((staging / "tokenizer.json").read_text(encoding="utf-8"))
+        saved["model"]["vocab"] = vocab
+        (staging / "tokenizer.json").write_text(json.dumps(saved, ensure_ascii=False), encoding="utf-8")
+        _write_vocab(staging, vocab)
+        (staging / TOKENIZER_META).write_text(json.dumps(record, indent=1), encoding="utf-8")
+
+    _replace_tokenizer_folder(Path(folder), write)
+
+
 def _replace_tokenizer_folder(folder: Path, write: Callable[[Path], None]) -> None:
     # Never replace something that is not ours: a mistyped tokenizer.path could name a run or a model folder.
     replace_folder(
@@ -261,7 +324,7 @@ def is_tokenizer_folder(folder: Path) -> bool:
     return (folder / _CONFIG_FILE).is_file() and any((folder / name).is_file() for name in _VOCAB_FILES)
 
 
-def _looks_like_path(name: str) -> bool:
+def looks_like_path(name: str) -> bool:
     # Hub ids are NAME or ORG/NAME; anything else that is not on disk is a mistyped local path.
     return name.startswith((".", "/", "~", "\\")) or name.count("/") > 1 or "\\" in name
 
@@ -270,7 +333,7 @@ def load_tokenizer(name_or_folder: Union[str, Path]) -> transformers.PreTrainedT
     """A fast tokenizer from a local folder or a hub name, with a clear UserError when it cannot be had."""
     name = str(name_or_folder)
     path = Path(name).expanduser()
-    if path.exists() or isinstance(name_or_folder, Path) or _looks_like_path(name):
+    if path.exists() or isinstance(name_or_folder, Path) or looks_like_path(name):
         if not path.is_dir():
             what = "is a file" if path.exists() else "does not exist"
             raise UserError("tokenizer", f"tokenizer folder {path} {what}; pass the folder written by `tokenize`")

@@ -266,10 +266,20 @@ def _tokenizer_settings(cfg: Config, train_fingerprint: str) -> dict[str, Any]:
 def tokenizer_plan(cfg: Config, train_corpus: Any) -> tuple[str, dict[str, Any]]:
     """What `prepare_tokenizer` will do, decided without changing anything: ("copy", record) for
     tokenizer.pretrained, ("reuse", record) when cfg.tokenizer_dir is current (or not trained by mlmtrain),
-    ("train", record) otherwise; record is what mlmtrain-tokenizer.json will say."""
+    ("train", record) otherwise; record is what mlmtrain-tokenizer.json will say. With tokenizer.extend_vocab,
+    ("extend", record) unless cfg.tokenizer_dir already holds that extension of that corpus ("reuse")."""
     from mlmtrain.tokenizer import is_tokenizer_folder, tokenizer_record
 
     folder = cfg.tokenizer_dir
+    if cfg.tokenizer.pretrained and cfg.tokenizer.extend_vocab:
+        wanted = {
+            "copied_from": cfg.tokenizer.pretrained,
+            "extend_vocab": cfg.tokenizer.extend_vocab,
+            "corpus": train_corpus.fingerprint(),
+        }
+        record = tokenizer_record(folder) or {}
+        current = is_tokenizer_folder(folder) and {key: record.get(key) for key in wanted} == wanted
+        return ("reuse", record) if current else ("extend", wanted)
     if cfg.tokenizer.pretrained:
         same = Path(cfg.tokenizer.pretrained).resolve() == folder.resolve()
         return ("reuse" if same else "copy"), {"copied_from": cfg.tokenizer.pretrained}
@@ -281,11 +291,11 @@ def tokenizer_plan(cfg: Config, train_corpus: Any) -> tuple[str, dict[str, Any]]
 
 def planned_tokenizer_fingerprint(cfg: Config, train_corpus: Any) -> Optional[str]:
     """The fingerprint of the tokenizer `prepare_tokenizer` will hand back; None when it would train a new one
-    (WordPiece training is not bit-reproducible, so that fingerprint cannot be known ahead)."""
+    (WordPiece training is not bit-reproducible, so that fingerprint cannot be known ahead), or extend one."""
     from mlmtrain.tokenizer import load_tokenizer, tokenizer_fingerprint
 
     action, _ = tokenizer_plan(cfg, train_corpus)
-    if action == "train":
+    if action in ("train", "extend"):
         return None
     return tokenizer_fingerprint(load_tokenizer(cfg.tokenizer.pretrained if action == "copy" else cfg.tokenizer_dir))
 
@@ -310,6 +320,8 @@ def _prepare_tokenizer(cfg: Config, train_corpus: Any) -> Any:
         TOKENIZER_FILES,
         TOKENIZER_META,
         copy_tokenizer,
+        extend_tokenizer,
+        frequent_split_words,
         load_tokenizer,
         save_tokenizer,
         tokenizer_record,
@@ -329,6 +341,14 @@ def _prepare_tokenizer(cfg: Config, train_corpus: Any) -> Any:
     if action == "copy":
         copy_tokenizer(load_tokenizer(cfg.tokenizer.pretrained), folder, record)
         say(f"tokenizer: copied {cfg.tokenizer.pretrained} to {folder}")
+        return load_tokenizer(folder)
+    if action == "extend":
+        base, name = load_tokenizer(cfg.tokenizer.pretrained), cfg.tokenizer.pretrained
+        words = frequent_split_words(base, train_corpus, cfg.tokenizer.extend_vocab, name)
+        extend_tokenizer(base, words, folder, {**record, "added_words": words}, name)
+        say(
+            f"tokenizer: {name} with {len(words):,} words of the corpus added ({', '.join(words[:5])}, ...) -> {folder}"
+        )
         return load_tokenizer(folder)
     if (folder / TOKENIZER_META).is_file():
         say(f"tokenizer: the corpus or tokenizer settings changed; training a new one in {folder}")

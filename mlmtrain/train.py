@@ -24,6 +24,7 @@ from mlmtrain.errors import UserError, interrupt_on_sigterm, loader_worker_died
 from mlmtrain.files import write_failure
 from mlmtrain.guard import RunLock, StopRequested, check_before_start, claim_run_dir
 from mlmtrain.html_report import LiveReport
+from mlmtrain.init_from import resolve_init_from, second_phase_note, write_added_words
 from mlmtrain.objective import evaluate_trained
 from mlmtrain.progress import Reporter, say
 from mlmtrain.step import (
@@ -42,6 +43,7 @@ from mlmtrain.trackers import check_trackers
 
 def pretrain(cfg: Config, resume: Optional[str] = None, overwrite: bool = False) -> Path:
     """`mlmtrain pretrain`: returns the folder of the final checkpoint."""
+    resolve_init_from(cfg)  # a base that cannot be used is refused before anything is written
     ctx = init_distributed(cfg.train.device)
     try:
         return _pretrain(cfg, ctx, resume, overwrite)
@@ -66,6 +68,9 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
         resume_from = ckpt.resolve_resume(run_dir, resume) if resume is not None else None
         # a resume that cannot work is refused before the tokenizer or the store is rebuilt
         on_main(ctx, lambda: check_before_start(cfg, ctx.device, resume_from))
+        note = on_main(ctx, lambda: second_phase_note(cfg, resume_from))
+        if note and ctx.is_main:
+            say(note)
         with interrupt_on_sigterm():  # tokenizing and set-up: SIGTERM says "interrupted" like Ctrl-C
             on_main(ctx, lambda: _ensure_data(cfg))
             if ctx.is_main and resume == "auto" and resume_from is None:
@@ -171,6 +176,7 @@ def _announce(parts: Parts, run_dir: Path, resume_from: Optional[Path]) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir)
         (run_dir / "run.json").write_text(json.dumps(facts, indent=1))
+        write_added_words(cfg, run_dir)
     except OSError as error:  # a full disk or a quota, met before the first step
         raise UserError(
             "run",
@@ -224,6 +230,8 @@ class Loop:
         stopped = False
         eval_loss: Optional[float] = None
         try:
+            if cfg.model.init_from and state.step == 0:  # the base model's own figures open metrics.jsonl
+                self.evaluate(reporter)
             while budget_progress(cfg, state) < 1.0:
                 # fetch the step's micro-batches (timed: a loop that waits for data is data-bound), then one step
                 fetch_started = time.perf_counter()
