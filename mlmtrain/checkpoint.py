@@ -617,8 +617,8 @@ def load_resume_model(folder: Path, cfg: Config, fingerprint: str) -> Any:
     applies (`dropout_changes` says which differ)."""
     from transformers import BertForMaskedLM, BertForPreTraining
 
+    from mlmtrain.context import quiet_transformers
     from mlmtrain.electra import load_electra
-    from mlmtrain.evaluate import quiet_transformers
     from mlmtrain.masking import VocabInfo
 
     check_model_shape(folder, cfg)

@@ -16,15 +16,9 @@ from typing import Any, Optional, Union
 import torch
 
 from mlmtrain.config import LARGEST_INT
+from mlmtrain.context import quiet_transformers
 from mlmtrain.errors import UserError
-from mlmtrain.evaluate import (
-    DEFAULT_SEQ_LEN,
-    EvalResult,
-    check_checkpoint_folder,
-    evaluate_texts,
-    load_masked_lm,
-    quiet_transformers,
-)
+from mlmtrain.evaluate import DEFAULT_SEQ_LEN, EvalResult, check_checkpoint_folder, evaluate_texts, load_masked_lm
 from mlmtrain.masking import evaluation_masking
 from mlmtrain.precision import resolve_precision
 

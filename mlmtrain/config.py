@@ -845,3 +845,14 @@ def describe_fields() -> list[tuple[str, Any, str]]:
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
             rows.append((f"{name}.{f.name}", default, f.metadata["help"]))
     return rows
+
+
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"optim.lr": 5e-4, ...} from a nested config."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

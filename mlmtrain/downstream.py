@@ -22,8 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from mlmtrain.config import OptimConfig
+from mlmtrain.context import quiet_transformers
 from mlmtrain.errors import UserError, first_line
-from mlmtrain.evaluate import check_checkpoint_folder, quiet_transformers
+from mlmtrain.evaluate import check_checkpoint_folder
 from mlmtrain.optim import build_optimizer, learning_rate, set_learning_rate
 from mlmtrain.progress import progress_bar
 from mlmtrain.tasks import Split, Task, TaskFields, load_task

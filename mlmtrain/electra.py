@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from mlmtrain.config import Config, MaskingConfig
+from mlmtrain.context import autocast_context, eval_mode
 from mlmtrain.errors import UserError
-from mlmtrain.evaluate import autocast_context, eval_mode
 from mlmtrain.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
 from mlmtrain.model import head_autocast, padded_vocab_size
 

@@ -14,7 +14,6 @@ import itertools
 import math
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -24,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from mlmtrain.config import MaskingConfig
+from mlmtrain.context import autocast_context, eval_mode, quiet_transformers
 from mlmtrain.data import pack_blocks
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
@@ -122,22 +122,6 @@ class BlockScores:
             seconds=seconds,
             blocks=self.blocks,
         )
-
-
-def autocast_context(device: torch.device, autocast_dtype: Optional[torch.dtype]) -> Any:
-    """Autocast to `autocast_dtype` on `device`; no autocast (plain fp32) when it is None."""
-    return torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
-
-
-@contextmanager
-def eval_mode(mlm: Any) -> Iterator[None]:
-    """Dropout off while scoring; the caller's mode (training, between steps) comes back afterwards."""
-    was_training = mlm.training
-    mlm.eval()
-    try:
-        yield
-    finally:
-        mlm.train(was_training)
 
 
 @torch.no_grad()
@@ -333,22 +317,6 @@ def evaluate_texts(
 # Loading a checkpoint written by anyone
 
 
-@contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """No loading bars or load reports from transformers: problems become our own one-line errors instead."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
-
-
 def check_checkpoint_folder(folder: Path) -> None:
     """A UserError naming every file a masked-LM checkpoint folder lacks (before transformers tries to load it)."""
     from mlmtrain.tokenizer import is_tokenizer_folder
@@ -421,5 +389,3 @@ def check_tokenizer_fits(tokenizer: Any, config: Any, where: Union[str, Path]) -
             f"the tokenizer in {where} has {len(tokenizer)} tokens but the model only {rows} embedding rows; "
             "the tokenizer does not belong to this model: put the model's own tokenizer files beside it",
         )
-
-

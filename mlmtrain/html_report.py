@@ -19,11 +19,12 @@ from typing import Any, Optional
 
 import numpy as np
 
+from mlmtrain.config import flatten
 from mlmtrain.errors import UserError, loader_worker_died
 from mlmtrain.files import check_writable_folder, write_failure
 from mlmtrain.health import FAIL, OK, Verdict, parse_overrides, run_checks, smooth
 from mlmtrain.progress import say
-from mlmtrain.rundata import Run, Series, flatten, load_runs
+from mlmtrain.rundata import Run, Series, load_runs
 
 GENERATOR = '<meta name="generator" content="mlmtrain report">'  # marks a page this tool may replace
 PNG_MARK = "mlmtrain report"

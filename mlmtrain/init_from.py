@@ -190,7 +190,7 @@ def load_base_model(cfg: Config) -> Any:
     """The base's BertForMaskedLM in float32, with the config's dropout (a resolved config: `resolve_init_from`)."""
     from transformers import BertForMaskedLM
 
-    from mlmtrain.evaluate import quiet_transformers
+    from mlmtrain.context import quiet_transformers
 
     with quiet_transformers():
         model = BertForMaskedLM.from_pretrained(

@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from transformers import BertForPreTraining
 
 from mlmtrain.config import MIN_SEGMENT, Config, MaskingConfig, ModelConfig
+from mlmtrain.context import autocast_context, eval_mode
 from mlmtrain.errors import UserError
-from mlmtrain.evaluate import autocast_context, eval_mode
 from mlmtrain.masking import IGNORE_INDEX, MaskingCollator, VocabInfo, mix_seed
 from mlmtrain.model import MaskedLM, bert_config
 from mlmtrain.tokens import TokenStore

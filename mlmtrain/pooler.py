@@ -30,7 +30,7 @@ def _base_pooler(config: Any) -> Optional[tuple[str, dict[str, torch.Size]]]:
     or None when that model has no pooler. Built on the meta device: no memory, no random draws."""
     from transformers import AutoModel
 
-    from mlmtrain.evaluate import quiet_transformers
+    from mlmtrain.context import quiet_transformers
 
     with quiet_transformers(), torch.device("meta"):
         base = AutoModel.from_config(config)

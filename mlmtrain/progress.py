@@ -19,8 +19,9 @@ from typing import Any, Optional
 
 from tqdm import tqdm
 
+from mlmtrain.errors import first_line
 from mlmtrain.files import write_failure
-from mlmtrain.trackers import Tracker, failing, first_line, open_trackers
+from mlmtrain.trackers import Tracker, failing, open_trackers
 
 
 def _clean(value: Any) -> Any:

@@ -288,14 +288,3 @@ def load_runs(paths: list[Path]) -> list[Run]:
             name = "/".join(Path(path).resolve().parts[-2:])
         runs.append(load_run(Path(path), name))
     return runs
-
-
-def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"optim.lr": 5e-4, ...} from a nested config."""
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat

@@ -19,6 +19,7 @@ import torch
 
 from mlmtrain import checkpoint as ckpt
 from mlmtrain.config import PAIR_OBJECTIVES, Config
+from mlmtrain.context import autocast_context
 from mlmtrain.data import (
     BatchLayout,
     LiveMicroBatches,
@@ -30,7 +31,6 @@ from mlmtrain.data import (
 )
 from mlmtrain.distributed import DistContext, all_reduce_sum
 from mlmtrain.errors import UserError
-from mlmtrain.evaluate import autocast_context
 from mlmtrain.masking import MaskingCollator, VocabInfo
 from mlmtrain.model import MaskedLM, use_training_attention
 from mlmtrain.objective import Objective, build_trained, objective_of, step_module

@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 import yaml
 
-from mlmtrain.errors import UserError
-from mlmtrain.rundata import flatten
+from mlmtrain.config import flatten
+from mlmtrain.errors import UserError, first_line
 
 # tracker -> (the module it needs, how to install it)
 REQUIREMENTS = {
@@ -142,11 +142,6 @@ class _WandB:
 
     def close(self, failed: bool) -> None:
         self.run.finish(exit_code=1 if failed else 0)
-
-
-def first_line(error: BaseException) -> str:
-    """An error's first line (a tracker's errors can run to pages), or its type when it has no message."""
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def failing() -> bool:

@@ -95,4 +95,3 @@ def test_the_quick_start_passes_its_data_and_size_health_checks(tmp_path: Path) 
     for check in ("duplicate documents", "tokens per parameter"):
         assert verdicts[check].status == OK, verdicts[check]
     assert not verdicts["duplicate documents"].message.startswith("0.0%")  # the corpus's duplicates were counted
-
