@@ -1,5 +1,5 @@
 """`python -m mlmtrain` runs the command-line tool (also under torchrun)."""
 
-from mlmtrain.cli import main
+from mlmtrain.cli.app import main
 
 main()

@@ -18,7 +18,7 @@ PathLike = Union[str, Path]
 
 def tokenize(config: Config) -> Path:
     """`mlmtrain tokenize`: train (or reuse) the tokenizer and encode the corpus into the token store; its folder."""
-    from mlmtrain.commands import run_tokenize_command
+    from mlmtrain.cli.commands import run_tokenize_command
 
     return run_tokenize_command(config)
 
@@ -28,7 +28,7 @@ def pretrain(config: Config, resume: Optional[str] = None, overwrite: bool = Fal
     folder (RUN_DIR/checkpoints/step-N).
 
     `resume` is 'auto' or a checkpoint folder, as `--resume` takes it."""
-    from mlmtrain.train import pretrain as run_pretrain
+    from mlmtrain.train.loop import pretrain as run_pretrain
 
     return Path(run_pretrain(config, resume=resume, overwrite=overwrite))
 
@@ -49,7 +49,7 @@ def evaluate_perplexity(
 ) -> Any:
     """`mlmtrain eval-perplexity`: an `EvalResult` (perplexity, accuracy, loss, masked_tokens, ci95, …) of a
     masked-LM folder on `data` (a source as `--data` takes it) or on the validation split of `config`."""
-    from mlmtrain.commands import run_eval_command
+    from mlmtrain.cli.commands import run_eval_command
 
     return run_eval_command(
         model=model,
@@ -71,7 +71,7 @@ def evaluate_perplexity(
 def fill_mask(model: PathLike, text: str, top_k: int = 5, device: str = "auto") -> list[list[dict[str, Any]]]:
     """`mlmtrain fill-mask` for one text: for each [MASK] in it, the pipeline's top-k candidates (dicts with
     `token_str`, `score`, `token` and `sequence`), best first."""
-    from mlmtrain.commands import fill_mask_predictions
+    from mlmtrain.cli.commands import fill_mask_predictions
 
     ((_, predictions),) = fill_mask_predictions(model, [text], top_k, device)
     return predictions
@@ -100,9 +100,9 @@ def probe(
     max_train_examples, max_eval_examples."""
     import dataclasses
 
-    from mlmtrain.downstream import ProbeSettings
+    from mlmtrain.cli.probe_command import run_probe_command
     from mlmtrain.errors import UserError
-    from mlmtrain.probe_command import run_probe_command
+    from mlmtrain.evaluate.probe import ProbeSettings
 
     known = {f.name for f in dataclasses.fields(ProbeSettings)} - {"mode", "progress"}
     unknown = sorted(set(settings) - known)
@@ -134,7 +134,7 @@ def write_report(
     png_dir: Optional[PathLike] = None,
 ) -> Path:
     """`mlmtrain report`: write the HTML page of one run folder (or several, overlaid); returns its path."""
-    from mlmtrain.html_report import write_report as write_page
+    from mlmtrain.report.page import write_report as write_page
 
     folders = [Path(run_dirs)] if isinstance(run_dirs, (str, Path)) else [Path(d) for d in run_dirs]
     written = write_page(

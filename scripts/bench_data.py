@@ -29,12 +29,12 @@ import torch
 from transformers import DataCollatorForLanguageModeling
 
 from mlmtrain.config import Config, MaskingConfig, load_config
-from mlmtrain.data import MicroBatches, StoreBlocks, batch_layout, make_loader
-from mlmtrain.masking import MaskingCollator, VocabInfo
-from mlmtrain.model import MaskedLM, build_model
-from mlmtrain.optim import build_optimizer, set_learning_rate
-from mlmtrain.tokenizer import load_tokenizer
-from mlmtrain.tokens import TokenStore, tokenize_corpus
+from mlmtrain.data.blocks import MicroBatches, StoreBlocks, batch_layout, make_loader
+from mlmtrain.data.masking import MaskingCollator, VocabInfo
+from mlmtrain.data.store import TokenStore, tokenize_corpus
+from mlmtrain.data.tokenizer import load_tokenizer
+from mlmtrain.model.bert import MaskedLM, build_model
+from mlmtrain.model.optim import build_optimizer, set_learning_rate
 
 REPO = Path(__file__).resolve().parents[1]
 MINI_CONFIG = REPO / "configs" / "mini.yaml"

@@ -24,9 +24,9 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # mlmtrain from this checkout, installed or not
 
-from mlmtrain.commands import _masked_lm_folder  # noqa: E402
+from mlmtrain.cli.commands import _masked_lm_folder  # noqa: E402
 from mlmtrain.errors import UserError  # noqa: E402
-from mlmtrain.evaluate import load_masked_lm  # noqa: E402
+from mlmtrain.evaluate.perplexity import load_masked_lm  # noqa: E402
 
 # a row of the README's table: | sentence with [MASK] | answer |
 _ROW = re.compile(r"^\| (.*\[MASK\].*) \| (\w+) \|$", flags=re.MULTILINE)

@@ -37,10 +37,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # mlmtrain from this checkout, installed or not
 
 from mlmtrain.config import load_config  # noqa: E402
-from mlmtrain.distributed import init_distributed  # noqa: E402
-from mlmtrain.model import H200_DENSE_BF16_TFLOPS, flops_per_token  # noqa: E402
-from mlmtrain.step import build_parts, train_step  # noqa: E402
-from mlmtrain.tokens import tokenize_corpus  # noqa: E402
+from mlmtrain.data.store import tokenize_corpus  # noqa: E402
+from mlmtrain.model.bert import H200_DENSE_BF16_TFLOPS, flops_per_token  # noqa: E402
+from mlmtrain.runtime.distributed import init_distributed  # noqa: E402
+from mlmtrain.train.step import build_parts, train_step  # noqa: E402
 
 QUICK = {
     "model.hidden_size": 32,

@@ -94,7 +94,7 @@ def copy_corpus(tiny_data: Path, tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with train.txt / valid.txt, its tokenizer and token store (tokenized once per session)."""
-    from mlmtrain.tokens import tokenize_corpus
+    from mlmtrain.data.store import tokenize_corpus
 
     root = tmp_path_factory.mktemp("tiny-data")
     write_corpus(root / "train.txt", 400, seed=1)

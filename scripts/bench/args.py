@@ -13,7 +13,7 @@ from typing import Optional
 import bench
 from bench.setup import DEFAULT_SECTIONS, REPO, SECTIONS, BenchmarkError, default_valid
 from bench.workers import WORKERS
-from mlmtrain.model import H200_DENSE_BF16_TFLOPS
+from mlmtrain.model.bert import H200_DENSE_BF16_TFLOPS
 
 # Option defaults: the measurement, and --quick, which runs every code path on tiny sizes.
 DEFAULTS = {

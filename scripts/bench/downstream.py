@@ -13,9 +13,9 @@ from bench.contestants import hf_spec, run_ours, run_worker
 from bench.setup import ELECTRA_RECIPE, LABELS, Setup, with_changes
 from bench.stats import mean_interval
 from mlmtrain.config import load_config
-from mlmtrain.model import build_model
-from mlmtrain.progress import say
-from mlmtrain.tokenizer import load_tokenizer
+from mlmtrain.data.tokenizer import load_tokenizer
+from mlmtrain.model.bert import build_model
+from mlmtrain.runtime.progress import say
 
 
 def save_initial_model(setup: Setup, folder: Path) -> Path:
@@ -46,8 +46,8 @@ def probe_command(setup: Setup, model: Path, seed: int) -> list[str]:
 def finetune_all(setup: Setup, models: dict[str, Path]) -> dict[str, list[dict[str, Any]]]:
     """Each model fine-tuned for each seed, in this process, as `probe_command` runs it: the models share one
     tokenizer, so the task is read and tokenized once. Seeds outermost: the machine's drift touches all alike."""
-    from mlmtrain.downstream import PreparedTask, ProbeSettings, encoder_config, probe_encoder
-    from mlmtrain.tasks import TaskFields, load_task
+    from mlmtrain.evaluate.probe import PreparedTask, ProbeSettings, encoder_config, probe_encoder
+    from mlmtrain.evaluate.tasks import TaskFields, load_task
 
     a = setup.args
     settings = ProbeSettings(

@@ -22,7 +22,7 @@ from bench.speed import measure_rounds, section_growth, section_precision
 from bench.verdicts import verdicts
 from bench.workers import WORKERS
 from mlmtrain.errors import UserError
-from mlmtrain.precision import resolve_precision
+from mlmtrain.train.precision import resolve_precision
 
 # The sections after the timed rounds, in the order they run (electra last: it reuses the downstream section's runs)
 SECTION_RUNS: dict[str, Callable[[Setup], dict[str, Any]]] = {

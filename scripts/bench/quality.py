@@ -10,7 +10,7 @@ from bench.contestants import hf_spec, run_ours, run_worker
 from bench.downstream import finetune_all
 from bench.setup import CLASSIC_RECIPE, FAST_RECIPE, BenchmarkError, Setup, with_changes
 from bench.stats import mean_interval, same_step, time_to_target
-from mlmtrain.progress import say
+from mlmtrain.runtime.progress import say
 
 
 def _ours_for_time(setup: Setup, name: str, recipe: Optional[dict] = None) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any, Optional
 import torch
 
 from bench.setup import LABELS, REPO, BenchmarkError
-from mlmtrain.precision import cpuinfo_field
+from mlmtrain.train.precision import cpuinfo_field
 
 SOFTWARE = ("torch", "transformers", "tokenizers", "datasets", "accelerate")
 # the environment that changes what a run measures, shown in front of its command

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import torch
 
 from mlmtrain.config import DataConfig, load_config
-from mlmtrain.tokens import tokenize_corpus
+from mlmtrain.data.store import tokenize_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -159,7 +159,7 @@ def text_files(train: str, valid: Optional[str], work_dir: Path) -> tuple[Path, 
     """
     if valid is not None and train.endswith(".txt") and Path(train).is_file():
         return Path(train).resolve(), Path(valid).resolve()
-    from mlmtrain.corpus import corpus_splits
+    from mlmtrain.data.sources import corpus_splits
 
     train_corpus, valid_corpus = corpus_splits(DataConfig(train=train, validation=valid))
     folder = work_dir / f"text-{train_corpus.fingerprint()}"

@@ -11,10 +11,10 @@ from bench.contestants import run_ours, run_worker
 from bench.setup import LABELS, Setup
 from bench.stats import same_step, spread, steady_tokens_per_s
 from mlmtrain.config import load_config
-from mlmtrain.model import flops_per_token
-from mlmtrain.precision import cpu_bf16_support, cpu_vendor, resolve_precision
-from mlmtrain.progress import say
-from mlmtrain.tokenizer import load_tokenizer
+from mlmtrain.data.tokenizer import load_tokenizer
+from mlmtrain.model.bert import flops_per_token
+from mlmtrain.runtime.progress import say
+from mlmtrain.train.precision import cpu_bf16_support, cpu_vendor, resolve_precision
 
 # Growth: seq_len varies at one size, size varies at one seq_len.
 GROWTH = {"seq_lens": (128, 256, 512), "seq_size": "mini", "sizes": ("tiny", "mini", "small"), "size_seq": 128}

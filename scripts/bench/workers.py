@@ -12,14 +12,14 @@ import torch
 from transformers import TrainerCallback
 
 from mlmtrain.config import Config, load_config
-from mlmtrain.distributed import init_distributed
-from mlmtrain.evaluate import evaluate_blocks
-from mlmtrain.masking import VocabInfo, evaluation_masking
-from mlmtrain.model import build_model
-from mlmtrain.optim import build_optimizer, learning_rate
-from mlmtrain.precision import resolve_precision
-from mlmtrain.step import build_parts, train_step
-from mlmtrain.train import eval_set
+from mlmtrain.data.masking import VocabInfo, evaluation_masking
+from mlmtrain.evaluate.perplexity import evaluate_blocks
+from mlmtrain.model.bert import build_model
+from mlmtrain.model.optim import build_optimizer, learning_rate
+from mlmtrain.runtime.distributed import init_distributed
+from mlmtrain.train.loop import eval_set
+from mlmtrain.train.precision import resolve_precision
+from mlmtrain.train.step import build_parts, train_step
 
 HF_MLM_PROBABILITY = 0.15  # what run_mlm.py hands DataCollatorForLanguageModeling
 

@@ -1,0 +1,367 @@
+"""The command-line map: each Typer command parses its options and calls one typed function.
+
+No logic lives here. User mistakes (`UserError`, bad arguments) become one line on stderr and
+exit code 2; `--debug` keeps the traceback. Heavy modules are imported inside the commands so
+that `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import click
+import typer
+
+from mlmtrain import __version__
+from mlmtrain.errors import UserError, interrupt_on_sigterm
+
+app = typer.Typer(
+    help="Pretrain small BERT encoders with masked language modeling, from a YAML config.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+config_app = typer.Typer(help="Inspect configs.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+_state = {"debug": False}
+
+ConfigOption = typer.Option(None, "--config", "-c", help="YAML config file.", show_default=False)
+SetOption = typer.Option(
+    [], "--set", "-s", help="Override one key, e.g. --set optim.lr=1e-3 (repeatable; values are YAML scalars)."
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"mlmtrain {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks for errors."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    _state["debug"] = debug
+
+
+def _load(config: Optional[Path], overrides: list[str]):
+    from mlmtrain.config import load_config
+
+    return load_config(config, overrides)
+
+
+@app.command()
+def tokenize(
+    config: Optional[Path] = ConfigOption,
+    overrides: list[str] = SetOption,
+    tokenizer: Optional[str] = typer.Option(
+        None, "--tokenizer", help="Reuse this tokenizer folder (or hub name) instead of training one."
+    ),
+) -> None:
+    """Train the WordPiece tokenizer on the train split and encode train and validation into the token store."""
+    from mlmtrain.cli.commands import run_tokenize_command
+
+    cfg = _load(config, overrides)
+    if tokenizer is not None:
+        cfg.tokenizer.pretrained = tokenizer
+    run_tokenize_command(cfg)
+
+
+@app.command()
+def pretrain(
+    config: Optional[Path] = ConfigOption,
+    overrides: list[str] = SetOption,
+    resume: Optional[str] = typer.Option(
+        None,
+        "--resume",
+        help="Continue a run: 'auto' (the newest complete checkpoint in run_dir) or a checkpoint folder.",
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Start afresh in a run_dir that holds another run."),
+) -> None:
+    """Pretrain an encoder with dynamic masking (MLM, or ELECTRA with train.objective=electra); writes checkpoints
+    to run_dir/checkpoints."""
+    cfg = _load(config, overrides)  # a bad config fails before the slow imports
+    from mlmtrain.train.loop import pretrain as run_pretrain
+
+    run_pretrain(cfg, resume=resume, overwrite=overwrite)
+
+
+@app.command("eval-perplexity")
+def eval_perplexity(
+    model: Path = typer.Option(
+        ...,
+        "--model",
+        "-m",
+        help="Masked-LM folder (any BertForMaskedLM-compatible checkpoint; of an ELECTRA run: its generator).",
+    ),
+    data: Optional[str] = typer.Option(
+        None,
+        "--data",
+        "-d",
+        help="Text source: a path, glob, 'builtin:python-docs', 'builtin:python-docstrings', 'hf:NAME[/CONFIG]:SPLIT'.",
+    ),
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", help="Take the validation source and masking settings from this config."
+    ),
+    overrides: list[str] = SetOption,
+    seq_len: Optional[int] = typer.Option(
+        None, "--seq-len", help="Block length; default: the model's training seq_len, or 128."
+    ),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the fixed masks (default: masking.eval_seed)."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Blocks per forward pass."),
+    max_blocks: Optional[int] = typer.Option(None, "--max-blocks", help="Evaluate at most this many blocks."),
+    pseudo: bool = typer.Option(False, "--pseudo", help="Pseudo-log-likelihood perplexity: every token masked once."),
+    max_tokens: Optional[int] = typer.Option(
+        None, "--max-tokens", help="With --pseudo: score at most this many tokens."
+    ),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Masked-LM perplexity of a checkpoint on a text source, with fixed (seeded) masks."""
+    from mlmtrain.cli.commands import run_eval_command
+
+    run_eval_command(
+        model=model,
+        data=data,
+        config=config,
+        overrides=overrides,
+        seq_len=seq_len,
+        seed=seed,
+        batch_size=batch_size,
+        max_blocks=max_blocks,
+        pseudo=pseudo,
+        max_tokens=max_tokens,
+        device=device,
+        as_json=as_json,
+    )
+
+
+@app.command("fill-mask")
+def fill_mask(
+    model: Path = typer.Option(..., "--model", "-m", help="Masked-LM folder (of an ELECTRA run: its generator)."),
+    text: Optional[str] = typer.Argument(
+        None, help="Text with [MASK] (or the model's mask token); default: lines from stdin."
+    ),
+    top_k: int = typer.Option(5, "--top-k", "-k", help="Completions to show per mask."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+) -> None:
+    """Top-k completions for each mask in TEXT, through transformers' fill-mask pipeline."""
+    from mlmtrain.cli.commands import run_fill_mask_command
+
+    run_fill_mask_command(model=model, text=text, top_k=top_k, device=device)
+
+
+@app.command("mask-demo")
+def mask_demo(
+    text: str = typer.Argument(..., help="The text to mask (encoded with [CLS] and [SEP], cut to data.seq_len)."),
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", help="Take the masking settings, seed and tokenizer from this config."
+    ),
+    overrides: list[str] = SetOption,
+    tokenizer: Optional[str] = typer.Option(
+        None, "--tokenizer", help="Tokenizer folder or hub name (default: the config's, once `tokenize` built it)."
+    ),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the masks (default: train.seed)."),
+    samples: Optional[int] = typer.Option(
+        None, "--samples", help="Also draw the masks K times: the observed 80/10/10 split and how often each is picked."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Show what MLM masking does to TEXT: the training collator's selected positions, their replacements and labels."""
+    from mlmtrain.cli.commands import run_mask_demo_command
+
+    run_mask_demo_command(text, config, overrides, tokenizer, seed, samples, as_json)
+
+
+@app.command()
+def report(
+    run_dirs: list[Path] = typer.Argument(..., help="Run folders (train.run_dir); several are overlaid."),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="HTML file to write (default: RUN_DIR/report.html; ./report.html for several runs).",
+    ),
+    png: Optional[Path] = typer.Option(None, "--png", help="Also write each plot as a PNG into this folder."),
+    x: str = typer.Option("steps", "--x", help="x axis of the plots: steps, tokens, time or flops."),
+    check: bool = typer.Option(
+        False, "--check", help="Print the health checks instead of writing a page; exit 1 when one fails."
+    ),
+    overrides: list[str] = typer.Option(
+        [], "--set", "-s", help="Change a health threshold, e.g. --set report.data_wait_share=0.2 (repeatable)."
+    ),
+) -> None:
+    """One self-contained HTML page per run (or several overlaid): curves, summary, config differences, health."""
+    from mlmtrain.report.page import check_runs, write_report
+
+    if check and out is None and png is None:
+        if check_runs(run_dirs, overrides):
+            raise typer.Exit(1)
+        return
+    written = write_report(run_dirs, out=out, axis=x, png_dir=png, overrides=overrides)
+    print(f"report: {written}", file=sys.stderr)
+    if check and check_runs(run_dirs, overrides):
+        raise typer.Exit(1)
+
+
+@app.command()
+def probe(
+    model: str = typer.Option(
+        ..., "--model", "-m", help="Encoder folder (e.g. RUN_DIR/checkpoints/latest) or hub name."
+    ),
+    task: Optional[str] = typer.Option(
+        None, "--task", "-t", help="Folder with train/valid/test .jsonl/.csv/.parquet files, or hf:NAME[/CONFIG]."
+    ),
+    train: Optional[str] = typer.Option(None, "--train", help="Training examples file (overrides the task folder's)."),
+    valid: Optional[str] = typer.Option(None, "--valid", help="Validation file; default: 10% of train held out."),
+    test: Optional[str] = typer.Option(None, "--test", help="Test file (overrides the task folder's)."),
+    mode: str = typer.Option("finetune", "--mode", help="finetune, or linear (a probe on frozen features)."),
+    text_field: str = typer.Option("text", "--text-field", help="Field holding the text."),
+    pair_field: Optional[str] = typer.Option(
+        None, "--pair-field", help="Field of a pair's second text (text_a/text_b are found on their own)."
+    ),
+    label_field: str = typer.Option(
+        "label", "--label-field", help="Field of the label: int/str classes, float: regression."
+    ),
+    epochs: int = typer.Option(3, "--epochs", help="Fine-tuning epochs (the best on valid is scored on test)."),
+    lr: float = typer.Option(
+        1e-4,
+        "--lr",
+        help="Fine-tuning peak learning rate (10% warm-up, linear decay); small models want more, e.g. 3e-4.",
+    ),
+    batch_size: int = typer.Option(32, "--batch-size", help="Examples per batch."),
+    max_length: int = typer.Option(128, "--max-length", help="Tokens per example; longer ones are cut."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the new head, dropout and batch order."),
+    max_train_examples: Optional[int] = typer.Option(
+        None, "--max-train-examples", help="Use this many train examples (a fixed sample): for quick looks."
+    ),
+    max_eval_examples: Optional[int] = typer.Option(
+        None, "--max-eval-examples", help="Use this many valid and test examples (a fixed sample)."
+    ),
+    pooling: str = typer.Option("mean", "--pooling", help="Linear mode: mean (over real tokens) or cls."),
+    baseline: bool = typer.Option(
+        False, "--baseline", help="Also score the same architecture untrained (random init), same settings."
+    ),
+    save: Optional[Path] = typer.Option(None, "--save", help="Keep the fine-tuned model here (a new HF folder)."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Judge an encoder by a labeled task: fine-tune it (or fit a linear probe) and score the test split."""
+    from mlmtrain.cli.probe_command import run_probe_command
+    from mlmtrain.evaluate.probe import ProbeSettings
+
+    settings = ProbeSettings(
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        max_length=max_length,
+        seed=seed,
+        pooling=pooling,
+        max_train_examples=max_train_examples,
+        max_eval_examples=max_eval_examples,
+        progress=True,
+    )
+    run_probe_command(
+        model=model,
+        task=task,
+        train=train,
+        valid=valid,
+        test=test,
+        mode=mode,
+        text_field=text_field,
+        pair_field=pair_field,
+        label_field=label_field,
+        settings=settings,
+        baseline=baseline,
+        save=save,
+        device=device,
+        as_json=as_json,
+    )
+
+
+@app.command()
+def push(
+    checkpoint: Path = typer.Argument(..., help="Checkpoint folder, e.g. RUN_DIR/checkpoints/latest."),
+    repo: str = typer.Option(..., "--repo", help="Hub repository: NAME (under your account) or ORG/NAME."),
+    private: bool = typer.Option(
+        False, "--private", help="Create the repository private (an existing one keeps its visibility)."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the files that would go; upload nothing."),
+) -> None:
+    """Upload a checkpoint's model, tokenizer and model card to the Hugging Face Hub (never its training state)."""
+    from mlmtrain.cli.push import run_push_command
+
+    run_push_command(checkpoint, repo, private=private, dry_run=dry_run)
+
+
+@config_app.command("show")
+def config_show(config: Optional[Path] = ConfigOption, overrides: list[str] = SetOption) -> None:
+    """Print the resolved config (file + overrides + defaults, model.init_from's shape and tokenizer) as YAML."""
+    from mlmtrain.train.init_from import resolve_init_from
+
+    cfg = _load(config, overrides)
+    resolve_init_from(cfg, check_weights=False)
+    typer.echo(cfg.to_yaml(), nl=False)
+
+
+@config_app.command("fields")
+def config_fields() -> None:
+    """List every config key with its default and meaning."""
+    from mlmtrain.config import describe_fields
+
+    for key, default, help_text in describe_fields():
+        typer.echo(f"{key} = {default!r}\n    {help_text}")
+
+
+def _normalise_argv(argv: list[str]) -> list[str]:
+    """A bare `--resume` (no value, or followed by another option) means `--resume auto`."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--resume" and (i + 1 == len(out) or out[i + 1].startswith("-")):
+            out.insert(i + 1, "auto")
+            break
+    return out
+
+
+# Typer >= 0.20 vendors click (its errors derive from typer.TyperException); older ones use click itself.
+_EXIT = (typer.Exit, click.exceptions.Exit)
+_ABORT = (typer.Abort, click.exceptions.Abort, KeyboardInterrupt)
+_USAGE = (click.ClickException,) + ((typer.TyperException,) if hasattr(typer, "TyperException") else ())
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Entry point: run the app, turning user mistakes into one line and exit code 2."""
+    args = _normalise_argv(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        with interrupt_on_sigterm():  # every command: SIGTERM reads like Ctrl-C ("interrupted", exit 130)
+            code = app(args=args, prog_name="mlmtrain", standalone_mode=False)
+        if code == 130:  # Typer turns Ctrl-C (KeyboardInterrupt) into a returned 130 when standalone_mode is off
+            raise KeyboardInterrupt
+        if isinstance(code, int) and code:  # click hands back typer.Exit(code) as a return value here
+            sys.exit(code)
+    except UserError as error:
+        if debug:
+            raise
+        print(f"mlmtrain: {error}", file=sys.stderr)
+        sys.exit(2)
+    except _EXIT as done:
+        sys.exit(done.exit_code)
+    except _ABORT:
+        print("mlmtrain: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except _USAGE as error:
+        if type(error).__name__ == "NoArgsIsHelpError":  # bare `mlmtrain`: show the help
+            print(error.ctx.get_help())
+            sys.exit(0)
+        if debug:
+            raise
+        print(f"mlmtrain: argument: {error.format_message()} (see --help)", file=sys.stderr)
+        sys.exit(getattr(error, "exit_code", 2))

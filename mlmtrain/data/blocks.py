@@ -1,0 +1,284 @@
+"""Blocks of `seq_len` tokens, their order, and the DataLoader that masks them in worker processes.
+
+Packed (default): the store's stream (each document followed by [SEP]) is cut into slices of seq_len - 2,
+each wrapped as [CLS] … [SEP], so no position is padding. Unpacked: one document per block, truncated.
+
+The position of a run is one number, `micro_batches` consumed by this rank. Micro-batch j is a pure
+function of (seed, j, rank, world size, sizes): its step s = j // accum, the epoch's seeded permutation
+of blocks, and a slice of that step's global batch. Masks are a pure function of (seed, epoch, block),
+so a restart at j sees exactly the blocks and masks an uninterrupted run sees, and 2 ranks × b blocks
+see the same blocks and masks as 1 rank × 2b.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from mlmtrain.data.masking import MaskingCollator, mix_seed
+from mlmtrain.data.store import TokenStore
+from mlmtrain.errors import UserError
+
+
+def pack_blocks(
+    encoded_batches: Iterable[list[list[int]]], seq_len: int, cls_id: int, sep_id: int
+) -> Iterator[np.ndarray]:
+    """Cut documents into blocks exactly as the token store is cut: each document (ids without special tokens)
+    is followed by [SEP], the stream is sliced into pieces of seq_len - 2, each wrapped as [CLS] … [SEP]; a tail
+    shorter than a piece is dropped. Takes the documents in batches, as a tokenizer encodes them."""
+    body = seq_len - 2
+    pending = np.zeros(0, dtype=np.int64)
+    for batch in encoded_batches:
+        pending = np.concatenate([pending, *(np.asarray(ids + [sep_id], dtype=np.int64) for ids in batch)])
+        whole = len(pending) // body * body
+        for piece in pending[:whole].reshape(-1, body):
+            yield np.concatenate(([cls_id], piece, [sep_id]))
+        pending = pending[whole:]
+
+
+class StoreBlocks:
+    """Block i of a token-store split, as int64 ids with [CLS] first and [SEP] last."""
+
+    def __init__(self, store: TokenStore, seq_len: int, packing: bool, cls_id: int, sep_id: int) -> None:
+        self.store, self.seq_len, self.packing = store, seq_len, packing
+        self.cls_id, self.sep_id = cls_id, sep_id
+        self.body = seq_len - 2  # room left between [CLS] and [SEP]
+        self.count = store.num_tokens // self.body if packing else store.num_documents
+        if self.count == 0:
+            raise UserError(
+                "data",
+                f"the {store.split} split has {store.num_tokens} tokens, fewer than one block of "
+                f"data.seq_len={seq_len}; add text or lower data.seq_len",
+            )
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        if self.packing:
+            body = self.store.tokens(index * self.body, (index + 1) * self.body)
+        else:
+            body = self.store.document(index)[: self.body]
+        block = np.empty(len(body) + 2, dtype=np.int64)
+        block[0], block[1:-1], block[-1] = self.cls_id, body, self.sep_id
+        return block
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    """How a global batch of blocks splits over ranks and accumulation micro-steps."""
+
+    micro_batch_size: int
+    accum_steps: int
+    world_size: int = 1
+    rank: int = 0
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch_size * self.accum_steps * self.world_size
+
+
+def batch_layout(batch_size: int, micro_batch_size: Optional[int], world_size: int, rank: int) -> BatchLayout:
+    """Derive micro-batch and accumulation steps from the global batch, or say why it cannot be done."""
+    micro = micro_batch_size if micro_batch_size is not None else batch_size // world_size
+    if micro < 1 or batch_size % (micro * world_size) != 0:
+        raise UserError(
+            "config",
+            f"train.batch_size={batch_size} is not a multiple of train.micro_batch_size "
+            f"({micro_batch_size or micro}) x {world_size} process(es); change one of them",
+        )
+    return BatchLayout(micro, batch_size // (micro * world_size), world_size, rank)
+
+
+class MicroBatches(IterableDataset):
+    """An endless, resumable stream of masked micro-batches for one rank, from a token store."""
+
+    def __init__(
+        self,
+        blocks: StoreBlocks,
+        collator: MaskingCollator,
+        layout: BatchLayout,
+        seed: int,
+        start: int = 0,
+        shuffle: bool = True,
+    ) -> None:
+        self.blocks, self.collator, self.layout = blocks, collator, layout
+        self.seed, self.start, self.shuffle = seed, start, shuffle
+        self.steps_per_epoch = len(blocks) // layout.global_batch
+        if self.steps_per_epoch == 0:
+            raise UserError(
+                "data",
+                f"the training split has {len(blocks)} blocks, fewer than one global batch of "
+                f"{layout.global_batch}; add text, or lower train.batch_size or data.seq_len",
+            )
+        self._order: tuple[int, Optional[torch.Tensor]] = (-1, None)
+
+    def order(self, epoch: int) -> torch.Tensor:
+        """The epoch's block order: a permutation seeded by (seed, epoch), the same on every rank."""
+        if self._order[0] != epoch:
+            if self.shuffle:
+                generator = torch.Generator().manual_seed(mix_seed(self.seed, epoch, 0x5EED))
+                self._order = (epoch, torch.randperm(len(self.blocks), generator=generator))
+            else:
+                self._order = (epoch, torch.arange(len(self.blocks)))
+        return self._order[1]
+
+    def indices(self, micro_batch: int) -> tuple[int, torch.Tensor]:
+        """(epoch, block indices) of this rank's micro-batch number `micro_batch`."""
+        layout = self.layout
+        step, accum = divmod(micro_batch, layout.accum_steps)
+        epoch, step_in_epoch = divmod(step, self.steps_per_epoch)
+        offset = (
+            step_in_epoch * layout.global_batch + (accum * layout.world_size + layout.rank) * layout.micro_batch_size
+        )
+        return epoch, self.order(epoch)[offset : offset + layout.micro_batch_size]
+
+    def batch(self, micro_batch: int) -> dict[str, torch.Tensor]:
+        epoch, indices = self.indices(micro_batch)
+        return self.collator([{"input_ids": self.blocks[int(i)], "epoch": epoch, "index": int(i)} for i in indices])
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        # DataLoader takes items from its workers in turn, so worker w serves micro-batches start+w, start+w+W, ...
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        for micro_batch in itertools.count(self.start + worker, workers):
+            yield self.batch(micro_batch)
+
+
+class LiveMicroBatches(IterableDataset):
+    """Micro-batches from a corpus tokenized on the fly inside the loader workers (no token store).
+
+    Documents are sharded over (rank, worker); each shard packs its own blocks and shuffles them in a
+    buffer seeded by (seed, epoch, shard). Resuming replays the shard up to the saved position, so it
+    is exact for the same number of processes and workers.
+    """
+
+    def __init__(
+        self,
+        corpus: Any,
+        tokenizer_dir: Path,
+        collator: MaskingCollator,
+        layout: BatchLayout,
+        seq_len: int,
+        seed: int,
+        shuffle_buffer: int,
+        num_workers: int,
+        start: int = 0,
+    ) -> None:
+        self.corpus, self.tokenizer_dir, self.collator, self.layout = corpus, tokenizer_dir, collator, layout
+        self.seq_len, self.seed, self.shuffle_buffer = seq_len, seed, shuffle_buffer
+        self.num_workers, self.start = max(num_workers, 1), start
+
+    def _blocks(self, shard: int, shards: int, epoch: int) -> Iterator[np.ndarray]:
+        from mlmtrain.data.tokenizer import load_tokenizer
+
+        roles = load_tokenizer(self.tokenizer_dir)  # special tokens by role: [CLS]/[SEP], <s>/</s>, ...
+        cls_id, sep_id, tokenizer = roles.cls_token_id, roles.sep_token_id, roles.backend_tokenizer
+        texts = self.corpus.iter_shard(shard, shards)
+        encoded = (
+            [e.ids for e in tokenizer.encode_batch(batch, add_special_tokens=False)]
+            for batch in iter(lambda: list(itertools.islice(texts, 256)), [])
+        )
+        buffer: list[np.ndarray] = []
+        generator = torch.Generator().manual_seed(mix_seed(self.seed, epoch, shard))
+        for block in pack_blocks(encoded, self.seq_len, cls_id, sep_id):
+            buffer.append(block)
+            if len(buffer) >= self.shuffle_buffer:  # emit a random element to shuffle a stream we cannot hold
+                yield buffer.pop(int(torch.randint(len(buffer), (1,), generator=generator)))
+        order = torch.randperm(len(buffer), generator=generator).tolist()
+        yield from (buffer[i] for i in order)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        # the corpus is read here, in the workers: a bad file or too little text must reach the user as one line
+        return _carrying_user_errors(self._micro_batches())
+
+    def _micro_batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        info = get_worker_info()
+        worker = info.id if info is not None else 0
+        workers = self.num_workers if info is not None else 1
+        # After a restart at `start` the loader begins with worker 0 again: worker w plays the role of the
+        # original worker (start + w) % workers, whose next micro-batch is number (start + w) // workers.
+        role = (self.start + worker) % workers
+        skip = (self.start + worker) // workers
+        layout = self.layout
+        shard = layout.rank * workers + role
+        shards = layout.world_size * workers
+        produced = 0
+        for epoch in itertools.count():
+            blocks = self._blocks(shard, shards, epoch)
+            counter = 0
+            while True:
+                chunk = list(itertools.islice(blocks, layout.micro_batch_size))
+                if len(chunk) < layout.micro_batch_size:
+                    break
+                if produced >= skip:
+                    yield self.collator(
+                        [
+                            {"input_ids": b, "epoch": epoch, "index": (shard << 40) + counter + i}
+                            for i, b in enumerate(chunk)
+                        ]
+                    )
+                counter += len(chunk)
+                produced += 1
+            if counter == 0:
+                raise UserError(
+                    "data",
+                    f"data shard {shard} of {shards} holds fewer tokens than one micro-batch of "
+                    f"{layout.micro_batch_size} blocks; add text or use fewer workers",
+                )
+
+
+_WORKER_ERROR = "mlmtrain_user_error"  # the key of an item that carries a loader worker's UserError
+
+
+def _carrying_user_errors(batches: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The micro-batches, and a UserError raised while making them as one last item that holds it: torch would
+    re-raise it in the main process as a RuntimeError whose text is a traceback."""
+    try:
+        yield from batches
+    except UserError as error:
+        yield {_WORKER_ERROR: (error.topic, error.message)}
+
+
+def raise_worker_errors(batches: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The loader's micro-batches; a UserError carried from a worker is raised again here, as itself."""
+    for batch in batches:
+        if _WORKER_ERROR in batch:
+            raise UserError(*batch[_WORKER_ERROR])
+        yield batch
+
+
+def make_loader(dataset: IterableDataset, num_workers: int, pin_memory: bool) -> DataLoader:
+    """The DataLoader: collation (masking) runs in the workers; batches arrive pinned and prefetched."""
+    return DataLoader(
+        dataset,
+        batch_size=None,  # the dataset yields whole micro-batches
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        prefetch_factor=4 if num_workers > 0 else None,
+        persistent_workers=False,
+        worker_init_fn=_leave_stopping_to_the_main_process,
+    )
+
+
+def _leave_stopping_to_the_main_process(worker_id: int) -> None:
+    """A worker leaves the run's process group. Ctrl-C, `timeout` and `kill -- -PGID` signal the whole group: a
+    worker that died of it made the main process fail with torch's traceback instead of saving a checkpoint and
+    stopping. Out of the group, only the main process gets the signal; it ends its workers when it stops (their
+    default SIGTERM stays, which torch uses to end a stuck worker), and if it is killed, they notice and exit."""
+    os.setpgid(0, 0)
+
+
+def evaluation_blocks(blocks: StoreBlocks, max_blocks: Optional[int]) -> list[int]:
+    """Indices of the blocks an evaluation uses: all, or `max_blocks` spread evenly over the split."""
+    if max_blocks is None or max_blocks >= len(blocks):
+        return list(range(len(blocks)))
+    return np.linspace(0, len(blocks) - 1, max_blocks).round().astype(int).tolist()

@@ -1,0 +1,610 @@
+"""Where training text comes from: local files (.txt .jsonl .json .parquet .csv, globs, folders), Python's own
+documentation (`builtin:python-docs`) or a datasets hub name (`hf:NAME[/CONFIG]:SPLIT`), all streamed document by
+document so memory stays bounded whatever the corpus size; plus the deterministic train/validation split by document.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import gzip
+import hashlib
+import itertools
+import json
+import os
+import re
+import sys
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+from mlmtrain.config import DataConfig
+from mlmtrain.errors import UserError, first_line
+
+Spec = Union[str, list[str]]
+
+# suffix -> reader; the text formats may also be gzip-compressed (name.txt.gz, ...)
+_KINDS = {".txt": "txt", ".jsonl": "jsonl", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+_GZIP_KINDS = ("txt", "jsonl", "json", "csv")
+SUPPORTED_SUFFIXES = ", ".join([*_KINDS, *(s + ".gz" for s, k in _KINDS.items() if k in _GZIP_KINDS)])
+_MIN_PYTHON_DOCS_CHARS = 15  # shorter paragraphs of the Python docs are markup debris ("The break statement" is not)
+_BUILTIN_FORMAT = 3  # bump when the builtin corpora's cleaning changes, so their token stores are rebuilt
+# The docs mark keywords and names up in quotes ('the "break" statement'), some also in curly quotes around those
+# ('a “"def"” statement', 'the “with” statement'): prose keeps the bare word.
+_QUOTED_NAME = re.compile(r'“?"([A-Za-z_][A-Za-z0-9_]*)"”?|“([A-Za-z_][A-Za-z0-9_]*)”')
+_RULE_LINE = re.compile(r"^\s*[*=\-^~+]{3,}\s*$", re.MULTILINE)  # a heading's underline
+# Test suites, demos and vendored packages of the standard library: not documentation prose.
+_STDLIB_SKIPPED = frozenset({"test", "tests", "idlelib", "turtledemo", "lib2to3", "site-packages", "__pycache__"})
+_JSON_READ_CHARS = 1 << 16  # text read at a time into the incremental parser of a .json array
+_PARQUET_BATCH_ROWS = 256  # rows per record batch: small, since one row may be a long document
+_BLANK_LINES = re.compile(r"\n\s*\n")
+_SPACES = re.compile(r"\s*")
+_LONE_RETURN = re.compile(rb"(?<=\r)(?!\n)")  # the point after a CR that no LF follows: a line end of its own
+
+
+@dataclass
+class CorpusStats:
+    """Counts of one pass over a corpus: documents and UTF-8 bytes yielded, lines with undecodable bytes (read with
+    U+FFFD in their place), empty or whitespace-only documents skipped."""
+
+    documents: int = 0
+    bytes: int = 0
+    invalid_utf8_lines: int = 0
+    skipped_empty: int = 0
+
+
+def _data_error(message: str) -> UserError:
+    return UserError("data", message)
+
+
+def _human_size(size: float) -> str:
+    for unit in ("B", "KB", "MB"):
+        if size < 1000:
+            return f"{size:.0f} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} GB"
+
+
+def _text_value(value: Any, field: str, where: str) -> str:
+    """The document in a record's text field; null counts as an empty document."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _data_error(
+            f"{where}: field '{field}' holds {type(value).__name__}, not text; set data.text_field to a text field"
+        )
+    return value
+
+
+def _record_text(record: Any, field: str, where: str) -> str:
+    if not isinstance(record, dict):
+        raise _data_error(f"{where}: expected a JSON object with a '{field}' field, found {type(record).__name__}")
+    if field not in record:
+        fields = ", ".join(map(str, record)) or "none"
+        raise _data_error(f"{where}: no field '{field}' (fields: {fields}); set data.text_field to one of them")
+    return _text_value(record[field], field, where)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading files
+
+
+def _split_lone_returns(handle: Iterable[bytes]) -> Iterator[bytes]:
+    """A binary file's lines, each ending in LF, CR LF or a lone CR (old Mac files end every line in CR alone,
+    which binary reading does not split at), line ends kept. A CR byte is never part of a multi-byte UTF-8 character.
+    """
+    for raw in handle:
+        if b"\r" not in raw or raw.find(b"\r") == len(raw) - 2 and raw.endswith(b"\r\n"):  # the usual line: as is
+            yield raw
+            continue
+        yield from (piece for piece in _LONE_RETURN.split(raw) if piece)
+
+
+def _lines(path: Path, compressed: bool, stats: CorpusStats) -> Iterator[str]:
+    """Decoded lines (line end kept), read one at a time; undecodable bytes become U+FFFD and are counted."""
+    try:
+        with gzip.open(path, "rb") if compressed else open(path, "rb") as handle:
+            for number, raw in enumerate(_split_lone_returns(handle)):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    line = raw.decode("utf-8", errors="replace")
+                    stats.invalid_utf8_lines += 1
+                if number == 0 and line.startswith("\ufeff"):
+                    line = line[1:]  # byte-order mark written by some Windows editors
+                yield line
+    except (OSError, EOFError, zlib.error) as error:  # permission, vanished file, corrupt or truncated gzip
+        raise _data_error(f"cannot read {path}: {error}; check the file") from None
+
+
+def _paragraphs(lines: Iterable[str]) -> Iterator[str]:
+    """Blank-line-separated paragraphs, their lines stripped and joined with a space."""
+    parts: list[str] = []
+    for line in lines:
+        text = line.strip()
+        if text:
+            parts.append(text)
+        elif parts:
+            yield " ".join(parts)
+            parts = []
+    if parts:
+        yield " ".join(parts)
+
+
+def _json_lines(lines: Iterable[str], path: Path, field: str, first_number: int = 1) -> Iterator[str]:
+    for number, line in enumerate(lines, first_number):
+        if not line.strip():
+            yield ""
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise _data_error(f"{path}:{number}: not valid JSON ({error.msg}); fix or remove that line") from None
+        except RecursionError:
+            raise _data_error(f"{path}:{number}: JSON nested too deeply to read; fix or remove that line") from None
+        yield _record_text(record, field, f"{path}:{number}")
+
+
+def _json_array(lines: Iterator[str], path: Path) -> Iterator[Any]:
+    """The items of a JSON array, decoded one at a time as lines arrive: memory holds about one item, not the file
+    (a minified array on a single line is still read whole; prefer .jsonl for big data)."""
+    decoder = json.JSONDecoder()
+    buffer, pos, state = "", 0, "open"  # open -> first (item or ']') -> next (',' or ']') -> item -> next ...
+    while True:
+        pos = _SPACES.match(buffer, pos).end()
+        if pos < len(buffer):
+            char = buffer[pos]
+            if state == "open" and char == "[":
+                pos, state = pos + 1, "first"
+                continue
+            if state in ("first", "next") and char == "]":
+                return
+            if state == "next" and char == ",":
+                pos, state = pos + 1, "item"
+                continue
+            if state in ("first", "item"):
+                try:
+                    item, pos = decoder.raw_decode(buffer, pos)
+                except json.JSONDecodeError as error:
+                    problem = error.msg  # often the item only continues on the next line
+                except RecursionError:  # more data cannot help
+                    raise _data_error(f"{path}: an item is nested too deeply to read; fix it") from None
+                else:
+                    state = "next"
+                    yield item
+                    continue
+            else:
+                problem = f"unexpected {char!r}"
+        else:
+            problem = "the array is not closed with ']'"
+        # Read at least as much again as is pending: an item spanning many lines (or one huge line) is retried
+        # a logarithmic number of times, not once per line.
+        pending = buffer[pos:]
+        wanted, more = max(len(pending), _JSON_READ_CHARS), []
+        for line in lines:
+            more.append(line)
+            wanted -= len(line)
+            if wanted <= 0:
+                break
+        if not more:
+            raise _data_error(f"{path}: not a valid JSON array ({problem}); fix it or write one object per line")
+        buffer, pos = pending + "".join(more), 0
+
+
+def _json_texts(lines: Iterator[str], path: Path, field: str) -> Iterator[str]:
+    """A .json file: one array of objects, or one object per line (sniffed from the first non-blank character)."""
+    blank = 0
+    for first in lines:
+        if first.strip():
+            break
+        blank += 1
+    else:
+        return
+    rest = itertools.chain([first], lines)
+    if first.lstrip().startswith("["):
+        for number, record in enumerate(_json_array(rest, path), 1):
+            yield _record_text(record, field, f"{path} item {number}")
+    else:
+        yield from _json_lines(rest, path, field, first_number=blank + 1)
+
+
+def _csv_texts(lines: Iterator[str], path: Path, field: str) -> Iterator[str]:
+    # The csv module caps a field at 128 KiB by default; a document may be far longer.
+    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
+    reader = csv.reader(lines)  # lines keep their newline, so quoted fields may span lines
+    try:
+        header = next(reader, None)
+        if header is None:
+            return
+        if field not in header:
+            columns = ", ".join(header) or "none"
+            raise _data_error(f"{path}: no column '{field}' (columns: {columns}); set data.text_field to one of them")
+        column = header.index(field)
+        for row in reader:
+            yield row[column] if column < len(row) else ""
+    except csv.Error as error:
+        raise _data_error(f"{path}:{reader.line_num}: malformed CSV ({error}); fix that line") from None
+
+
+def _parquet_texts(path: Path, field: str) -> Iterator[str]:
+    import pyarrow.parquet as pq  # imported here: only parquet corpora pay for it
+
+    try:
+        parquet = pq.ParquetFile(path)
+        columns = parquet.schema_arrow.names
+        if field not in columns:
+            raise _data_error(
+                f"{path}: no column '{field}' (columns: {', '.join(columns)}); set data.text_field to one of them"
+            )
+        # Only the text column, one record batch at a time (pyarrow decodes a row group at most).
+        for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=[field]):
+            for value in batch.column(0).to_pylist():
+                yield _text_value(value, field, f"{path} column '{field}'")
+    except (OSError, ValueError) as error:  # ArrowInvalid is a ValueError: not a parquet file, corrupt pages
+        raise _data_error(f"cannot read {path} as parquet: {error}") from None
+
+
+@dataclass(frozen=True)
+class _File:
+    path: Path
+    kind: str
+    compressed: bool
+    text_field: str
+    txt_documents: str
+
+    def texts(self, stats: CorpusStats) -> Iterator[str]:
+        if self.kind == "parquet":
+            yield from _parquet_texts(self.path, self.text_field)
+            return
+        lines = _lines(self.path, self.compressed, stats)
+        if self.kind == "txt":
+            if self.txt_documents == "paragraph":
+                yield from _paragraphs(lines)
+            else:
+                yield from (line.rstrip("\r\n") for line in lines)
+        elif self.kind == "jsonl":
+            yield from _json_lines(lines, self.path, self.text_field)
+        elif self.kind == "json":
+            yield from _json_texts(lines, self.path, self.text_field)
+        else:
+            yield from _csv_texts(lines, self.path, self.text_field)
+
+    def identity(self) -> dict[str, Any]:
+        info = self.path.stat()
+        options = self.txt_documents if self.kind == "txt" else self.text_field
+        return {"file": str(self.path.resolve()), "size": info.st_size, "mtime_ns": info.st_mtime_ns, "opt": options}
+
+
+# ---------------------------------------------------------------------------------------------
+# Builtin and hub sources
+
+
+def _prose(paragraph: str) -> Union[str, None]:
+    """One paragraph of documentation as a line of prose; None for code, grammar and headings' debris."""
+    if ">>>" in paragraph or "::=" in paragraph:  # an interactive example or a grammar rule: code, not prose
+        return None
+    unquoted = _QUOTED_NAME.sub(lambda name: name.group(1) or name.group(2), _RULE_LINE.sub("", paragraph))
+    text = " ".join(unquoted.split())
+    return text if len(text) >= _MIN_PYTHON_DOCS_CHARS else None
+
+
+def _python_docs() -> Iterator[str]:
+    """The topics of the interactive help (`pydoc_data`): the language reference's chapters, as plain text."""
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:
+        raise _data_error(
+            "builtin:python-docs needs pydoc_data, which this Python lacks; point data.train at your own text"
+        ) from None
+    for name in sorted(topics):
+        for paragraph in _BLANK_LINES.split(topics[name]):
+            text = _prose(paragraph)
+            if text is not None:
+                yield text
+
+
+def _stdlib_sources() -> list[Path]:
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = []
+    for folder, subfolders, names in os.walk(root):
+        subfolders[:] = sorted(d for d in subfolders if d not in _STDLIB_SKIPPED and not d.startswith("test"))
+        files += [Path(folder) / name for name in sorted(names) if name.endswith(".py")]
+    if not files:
+        raise _data_error(
+            f"builtin:python-docstrings reads the standard library's source, and {root} holds none; "
+            "point data.train at your own text"
+        )
+    return files
+
+
+def _python_docstrings() -> Iterator[str]:
+    """The docstrings of the standard library's Python modules, classes and functions, read with `ast` (nothing is
+    imported or run), paragraph by paragraph; examples and other code are left out."""
+    import ast
+
+    for path in _stdlib_sources():
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except (SyntaxError, ValueError, OSError):  # a file for another Python version, or unreadable: not prose
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                for paragraph in _BLANK_LINES.split(ast.get_docstring(node) or ""):
+                    text = _prose(paragraph)
+                    if text is not None:
+                        yield text
+
+
+# builtin:NAME -> (its texts, what they are); the names `_resolve` accepts
+_BUILTIN_SOURCES = {
+    "python-docs": (_python_docs, "documentation topics"),
+    "python-docstrings": (_python_docstrings, "standard library docstrings"),
+}
+
+
+@dataclass(frozen=True)
+class _Builtin:
+    name: str
+
+    def texts(self, stats: CorpusStats) -> Iterator[str]:
+        return _BUILTIN_SOURCES[self.name][0]()
+
+    def identity(self) -> dict[str, Any]:
+        # The text changes with the Python release.
+        return {"builtin": self.name, "python": ".".join(map(str, sys.version_info[:3])), "format": _BUILTIN_FORMAT}
+
+    def describe(self) -> str:
+        what = _BUILTIN_SOURCES[self.name][1]
+        return f"builtin:{self.name} ({what} of Python {sys.version_info[0]}.{sys.version_info[1]})"
+
+
+def _hub_texts(dataset: Iterable[dict[str, Any]], field: str, where: str) -> Iterator[str]:
+    """The text field of each row of a (streaming) datasets.IterableDataset."""
+    features = getattr(dataset, "features", None)  # None when a streaming dataset does not know them up front
+    if features is not None and field not in features:
+        raise _data_error(f"{where}: no field '{field}' (fields: {', '.join(features)}); set data.text_field")
+    for row in dataset:
+        if field not in row:
+            raise _data_error(f"{where}: no field '{field}' (fields: {', '.join(row)}); set data.text_field")
+        yield _text_value(row[field], field, where)
+
+
+@dataclass(frozen=True)
+class _Hub:
+    name: str
+    config: Union[str, None]
+    split: str
+    text_field: str
+
+    @property
+    def label(self) -> str:
+        return f"hf:{self.name}{'/' + self.config if self.config else ''}:{self.split}"
+
+    def texts(self, stats: CorpusStats) -> Iterator[str]:
+        import datasets  # imported here: a slow import that local corpora do not need
+
+        from mlmtrain.runtime.hub import hub_unreachable
+
+        unreachable = hub_unreachable()
+        if unreachable:  # streaming reads from the Hub as it goes: no cache to fall back on
+            raise _data_error(
+                f"cannot load hub dataset {self.label}: the Hugging Face Hub is unreachable ({unreachable}); "
+                "connect to the internet, or download the data and point the source at local files"
+            )
+        try:
+            dataset = datasets.load_dataset(self.name, self.config, split=self.split, streaming=True)
+        except Exception as error:  # not found, offline, bad split, gated: many types, one meaning for the user
+            raise _data_error(f"cannot load hub dataset {self.label}: {first_line(error)}") from error
+        yield from _hub_texts(dataset, self.text_field, self.label)
+
+    def identity(self) -> dict[str, Any]:
+        return {"hub": self.name, "config": self.config, "split": self.split, "opt": self.text_field}
+
+    def describe(self) -> str:
+        return f"hub dataset {self.label}"
+
+
+def parse_hub_spec(spec: str, key: str = "data.train") -> tuple[str, Union[str, None], str]:
+    """(name, config, split) from 'hf:NAME[/CONFIG]:SPLIT'. NAME/CONFIG has two parts; three parts read as
+    ORG/NAME/CONFIG (write ORG/NAME/default for an organisation's dataset without configs)."""
+    path, _, split = spec.removeprefix("hf:").partition(":")  # the split may hold ':' itself (train[:1000])
+    parts = path.split("/")
+    if not split or not all(parts) or len(parts) > 3:
+        raise _data_error(
+            f"{key}: {spec!r} must look like hf:NAME:SPLIT, hf:NAME/CONFIG:SPLIT or hf:ORG/NAME/CONFIG:SPLIT"
+        )
+    if len(parts) == 3:
+        return f"{parts[0]}/{parts[1]}", parts[2], split
+    return parts[0], (parts[1] if len(parts) == 2 else None), split
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolving a spec
+
+
+def _kind(path: Path) -> Union[tuple[str, bool], None]:
+    """(reader kind, gzip-compressed) from a file name, or None when the name is not a supported one."""
+    name = path.name.lower()
+    compressed = name.endswith(".gz")
+    kind = _KINDS.get(Path(name[:-3] if compressed else name).suffix)
+    if kind is None or (compressed and kind not in _GZIP_KINDS):
+        return None
+    return kind, compressed
+
+
+def _file_source(path: Path, key: str, text_field: str, txt_documents: str) -> _File:
+    kind = _kind(path)
+    if kind is None:
+        raise _data_error(f"{key}: {path} has an unsupported extension; use one of {SUPPORTED_SUFFIXES}")
+    if not os.access(path, os.R_OK):
+        raise _data_error(f"{key}: cannot read {path} (permission denied); fix its permissions")
+    return _File(path, *kind, text_field, txt_documents)
+
+
+def _folder_files(folder: Path, key: str) -> list[Path]:
+    """The supported files in a folder and its subfolders, sorted; hidden files and folders are left out."""
+    files = []
+    for path in sorted(folder.rglob("*")):
+        hidden = any(part.startswith(".") for part in path.relative_to(folder).parts)
+        if path.is_file() and not hidden and _kind(path) is not None:
+            files.append(path)
+    if not files:
+        raise _data_error(f"{key}: folder {folder} holds no {SUPPORTED_SUFFIXES} files; check the path")
+    return files
+
+
+def _entry_paths(entry: str, key: str) -> list[Path]:
+    path = Path(entry).expanduser()
+    if path.is_dir():
+        return _folder_files(path, key)
+    if path.exists():
+        return [path]
+    if any(char in entry for char in "*?["):
+        matches = [Path(m) for m in sorted(glob.glob(str(path), recursive=True)) if os.path.isfile(m)]
+        if not matches:
+            raise _data_error(f"{key}: no file matches '{entry}'; check the path or glob")
+        return matches
+    raise _data_error(f"{key}: file {entry} does not exist; check the path")
+
+
+def _resolve(spec: Spec, key: str, text_field: str, txt_documents: str) -> list[Union[_File, _Builtin, _Hub]]:
+    entries = [spec] if isinstance(spec, str) else list(spec)
+    if not entries or not all(isinstance(entry, str) and entry.strip() for entry in entries):
+        raise _data_error(f"{key} names no source; give a path, glob, builtin:python-docs or hf:NAME:SPLIT")
+    sources: list[Union[_File, _Builtin, _Hub]] = []
+    for entry in entries:
+        if entry.startswith("builtin:"):
+            name = entry.removeprefix("builtin:")
+            if name not in _BUILTIN_SOURCES:
+                known = ", ".join(_BUILTIN_SOURCES)
+                raise _data_error(f"{key}: unknown {entry!r}; the builtin corpora are {known}")
+            sources.append(_Builtin(name))
+        elif entry.startswith("hf:"):
+            sources.append(_Hub(*parse_hub_spec(entry, key), text_field))
+        else:
+            sources.extend(_file_source(p, key, text_field, txt_documents) for p in _entry_paths(entry, key))
+    return sources
+
+
+def _in_validation(text: str, fraction: float) -> bool:
+    """Deterministic by content: a document (and every copy of it) always lands on the same side."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 < fraction
+
+
+class Corpus:
+    """A re-iterable stream of documents (non-empty str) from one or more sources.
+
+    The spec is a path, glob, folder (its supported files, recursively and sorted, hidden ones left out),
+    `builtin:python-docs`, `hf:NAME[/CONFIG]:SPLIT`, or a list of these. It is resolved at construction, so a
+    missing file fails at once; the text is read only while iterating. With `holdout_fraction` > 0, `keep` picks
+    the training or validation side of a split by document hash.
+    """
+
+    def __init__(
+        self,
+        spec: Spec,
+        *,
+        text_field: str = "text",
+        txt_documents: str = "line",
+        holdout_fraction: float = 0.0,
+        keep: str = "all",
+        key: str = "data.train",
+    ) -> None:
+        if keep not in ("all", "train", "validation"):
+            raise ValueError(f"keep must be 'all', 'train' or 'validation', not {keep!r}")
+        if not 0.0 <= holdout_fraction < 1.0:
+            raise ValueError(f"holdout_fraction must be in [0, 1), not {holdout_fraction}")
+        if txt_documents not in ("line", "paragraph"):
+            raise ValueError(f"txt_documents must be 'line' or 'paragraph', not {txt_documents!r}")
+        self.key = key
+        self.holdout_fraction = holdout_fraction
+        self.keep = keep
+        self.stats = CorpusStats()
+        self._options = {"text_field": text_field, "txt_documents": txt_documents}
+        self._sources = _resolve(spec, key, text_field, txt_documents)
+
+    def _documents(self, stats: CorpusStats) -> Iterator[str]:
+        """Every non-empty document of the kept side, in source order."""
+        for source in self._sources:
+            for text in source.texts(stats):
+                if not text.strip():
+                    stats.skipped_empty += 1
+                    continue
+                if self.keep != "all" and _in_validation(text, self.holdout_fraction) != (self.keep == "validation"):
+                    continue
+                yield text
+
+    def _shard(self, index: int, count: int) -> Iterator[str]:
+        stats = self.stats = CorpusStats()  # a fresh count for each pass
+        for number, text in enumerate(self._documents(stats)):
+            if number % count == index:
+                stats.documents += 1
+                stats.bytes += len(text.encode("utf-8"))
+                yield text
+
+    def __iter__(self) -> Iterator[str]:
+        return self._shard(0, 1)
+
+    def iter_shard(self, index: int, count: int) -> Iterator[str]:
+        """Documents number i (in stream order) with i % count == index: the shards of 0..count-1 are disjoint and
+        together are the whole corpus. Each shard reads the whole stream and keeps its share."""
+        if count < 1 or not 0 <= index < count:
+            raise ValueError(f"shard index {index} of {count} is out of range")
+        return self._shard(index, count)
+
+    def describe(self) -> str:
+        """A short description for logs and store metadata, e.g. '2 files (4.4 MB): a.txt, b.txt'."""
+        parts = []
+        files = [s for s in self._sources if isinstance(s, _File)]
+        if files:
+            size = sum(f.path.stat().st_size for f in files)
+            names = ", ".join(str(f.path) for f in files[:3])
+            if len(files) > 3:
+                names += f" and {len(files) - 3} more"
+            parts.append(f"{len(files)} file{'s' if len(files) > 1 else ''} ({_human_size(size)}): {names}")
+        parts.extend(s.describe() for s in self._sources if not isinstance(s, _File))
+        text = " + ".join(parts)
+        if self.keep != "all":
+            share = f"{self.holdout_fraction:.0%}"
+            if self.keep == "validation":
+                text += f", validation part ({share} of documents, by hash)"
+            else:
+                text += f", training part ({share} of documents held out)"
+        return text
+
+    def fingerprint(self) -> str:
+        """16 hex digits that change when an input file (path, size, mtime), hub source or reading option changes."""
+        identity = {
+            "sources": [source.identity() for source in self._sources],
+            "options": self._options,
+            "holdout_fraction": self.holdout_fraction,
+            "keep": self.keep,
+        }
+        return hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
+def open_corpus(spec: Spec, data: DataConfig, key: str = "--data") -> Corpus:
+    """All documents of a source, read with the data section's text_field and txt_documents."""
+    return Corpus(spec, text_field=data.text_field, txt_documents=data.txt_documents, key=key)
+
+
+def corpus_splits(data: DataConfig) -> tuple[Corpus, Corpus]:
+    """(train, validation): data.validation when set, else validation_fraction of the training documents held out
+    by document hash (deterministic, the same split on every run and every rank)."""
+    if data.validation is not None:
+        return open_corpus(data.train, data, "data.train"), open_corpus(data.validation, data, "data.validation")
+    if data.validation_fraction <= 0:
+        raise _data_error(
+            "data.validation is null and data.validation_fraction is 0, so there is no validation text; "
+            "set data.validation to a source or data.validation_fraction to e.g. 0.05"
+        )
+    options = {"text_field": data.text_field, "txt_documents": data.txt_documents, "key": "data.train"}
+    return (
+        Corpus(data.train, holdout_fraction=data.validation_fraction, keep="train", **options),
+        Corpus(data.train, holdout_fraction=data.validation_fraction, keep="validation", **options),
+    )

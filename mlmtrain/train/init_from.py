@@ -1,0 +1,289 @@
+"""Starting from an existing masked LM (`model.init_from`): find the base (a folder or a hub name), check it is a BERT
+masked LM with a usable tokenizer, fill the config's model shape and tokenizer from it (`resolve_init_from`), and
+load its weights for a fresh run (`load_base_model`).
+
+The base's shape, weights and tokenizer win: shape keys left at their defaults take the base's values, a shape key
+set to another value is refused, dropout keys may be set. Optimizer and schedule start fresh.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from mlmtrain.config import Config, ModelConfig, TokenizerConfig, read_yaml
+from mlmtrain.errors import UserError, first_line
+from mlmtrain.runtime.hub import hub_unreachable
+
+KEY = "model.init_from"
+SUPPORTED = "a BERT masked LM (model_type bert, BertForMaskedLM or BertForPreTraining weights)"
+
+# ModelConfig's shape keys and the names the base's config.json gives them
+SHAPE_KEYS = {
+    "hidden_size": "hidden_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "intermediate_size": "intermediate_size",
+    "max_position_embeddings": "max_position_embeddings",
+}
+# TokenizerConfig keys that only matter when training a new WordPiece vocabulary
+TRAINING_KEYS = ("vocab_size", "lowercase", "strip_accents", "min_frequency", "limit_alphabet")
+_HUB_FILES = ["*.json", "vocab.txt", "*.safetensors"]  # config, tokenizer and weights; not TF / Flax / ONNX copies
+
+
+def _refuse(message: str) -> UserError:
+    return UserError("config", f"{KEY} {message}")
+
+
+def base_folder(name: str) -> Path:
+    """The local folder of the base: `name` itself, or its hub snapshot (downloaded, or from the cache offline)."""
+    from mlmtrain.data.tokenizer import looks_like_path
+
+    path = Path(name).expanduser()
+    if path.exists() or looks_like_path(name):
+        if not path.is_dir():
+            what = "is a file" if path.exists() else "does not exist"
+            raise _refuse(f"{name} {what}; pass a model folder (config.json, weights, tokenizer) or a hub name")
+        return path
+    return _hub_snapshot(name)
+
+
+@functools.cache  # once a process: each checkpoint's save asks again for the base's pooler
+def _hub_snapshot(name: str) -> Path:
+    from huggingface_hub import snapshot_download
+
+    unreachable = hub_unreachable()
+    try:
+        folder = Path(snapshot_download(name, allow_patterns=_HUB_FILES, local_files_only=unreachable is not None))
+        if not any(folder.glob("*.safetensors")):  # an older repository: PyTorch weights only
+            folder = Path(
+                snapshot_download(name, allow_patterns=[*_HUB_FILES, "pytorch_model*.bin"], local_files_only=True)
+                if unreachable
+                else snapshot_download(name, allow_patterns=[*_HUB_FILES, "pytorch_model*.bin"])
+            )
+    except Exception as error:  # not found, gated, network: many types, one meaning
+        if unreachable:
+            raise _refuse(
+                f"{name}: the Hugging Face Hub is unreachable ({unreachable}) and {name} is not in the local cache; "
+                "pass a local model folder, or run once online"
+            ) from None
+        raise _refuse(
+            f"{name} cannot be downloaded from the Hugging Face Hub ({first_line(error)}); check the name"
+        ) from None
+    return folder
+
+
+def _base_config(folder: Path, name: str) -> dict[str, Any]:
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
+    if not isinstance(config, dict):
+        raise _refuse(f"{name} has no readable config.json; pass a folder written by save_pretrained")
+    model_type = config.get("model_type")
+    if model_type != "bert":
+        raise _refuse(f"{name} is a {model_type!r} model; mlmtrain continues {SUPPORTED} only")
+    architectures = config.get("architectures") or []
+    if architectures and not any(a in ("BertForMaskedLM", "BertForPreTraining") for a in architectures):
+        raise _refuse(f"{name} is a {architectures[0]}, not a masked LM; mlmtrain continues {SUPPORTED} only")
+    return config
+
+
+def check_base(name: str) -> dict[str, Any]:
+    """The base's config.json, after checking that its weights load as a whole BertForMaskedLM and its tokenizer
+    has the tokens MLM needs (UserError naming the problem otherwise)."""
+    from mlmtrain.evaluate.perplexity import load_masked_lm
+
+    folder = base_folder(name)
+    config = _base_config(folder, name)
+    try:
+        mlm, tokenizer = load_masked_lm(folder)
+    except UserError as error:
+        raise _refuse(f"{name}: {error.message}") from None
+    del mlm
+    if tokenizer.pad_token_id is None or tokenizer.pad_token_id >= config["vocab_size"]:
+        raise _refuse(f"{name}: its tokenizer has no [PAD] token within the model's vocabulary; use another base")
+    return config
+
+
+def resolve_init_from(cfg: Config, check_weights: bool = True) -> None:
+    """Fill `cfg` from the base named by model.init_from (nothing when it is null): the model's shape and the
+    tokenizer are the base's, a conflicting key is refused. `check_weights` false reads the base's config only."""
+    name = cfg.model.init_from
+    if not name:
+        return
+    if cfg.train.objective != "mlm":
+        raise _refuse(
+            f"is set with train.objective {cfg.train.objective}; starting ELECTRA from existing models is not "
+            "supported: drop model.init_from or use train.objective: mlm"
+        )
+    config = check_base(name) if check_weights else _base_config(base_folder(name), name)
+    _take_shape(cfg.model, config, name)
+    _take_tokenizer(cfg.tokenizer, config, name)
+    if cfg.tokenizer.extend_vocab:
+        from mlmtrain.data.tokenizer import extendable_vocab, load_tokenizer
+
+        extendable_vocab(load_tokenizer(name), name)  # a tokenizer that cannot be extended is refused now
+    positions = cfg.model.max_position_embeddings
+    lengths = [("data.seq_len", cfg.data.seq_len)] + (
+        [("probe.max_length", cfg.probe.max_length)] if cfg.probe.task else []
+    )
+    for key, length in lengths:
+        if length > positions:
+            raise UserError(
+                "config",
+                f"{key} ({length}) is beyond the {positions} positions of {KEY} {name}; set {key} to {positions} "
+                "or less",
+            )
+    cfg.validate()
+
+
+def _take_shape(model: ModelConfig, config: dict[str, Any], name: str) -> None:
+    """The base's shape into `model`: keys at their defaults take it, a key set to another value is refused."""
+    defaults = ModelConfig()
+    for key, base_key in SHAPE_KEYS.items():
+        value, base_value = getattr(model, key), config.get(base_key)
+        if not isinstance(base_value, int):
+            raise _refuse(f"{name}: its config.json has no {base_key}; pass a folder written by save_pretrained")
+        if value not in (getattr(defaults, key), base_value):
+            raise _refuse(f"{name} has {base_key}={base_value}, but model.{key} is {value}; drop model.{key}")
+        setattr(model, key, base_value)
+    rows = config["vocab_size"]
+    if rows % model.pad_vocab_multiple:
+        raise _refuse(
+            f"{name} has {rows} embedding rows, not a multiple of model.pad_vocab_multiple "
+            f"({model.pad_vocab_multiple}); drop model.pad_vocab_multiple"
+        )
+    if model.dropout is None:  # dropout keys left at their defaults take the base's (they may be set)
+        for key, base_key in (
+            ("hidden_dropout", "hidden_dropout_prob"),
+            ("attention_dropout", "attention_probs_dropout_prob"),
+        ):
+            if getattr(model, key) == getattr(defaults, key) and isinstance(config.get(base_key), (int, float)):
+                setattr(model, key, float(config[base_key]))
+
+
+def _take_tokenizer(tokenizer: TokenizerConfig, config: dict[str, Any], name: str) -> None:
+    """The base's tokenizer as tokenizer.pretrained; keys that would train a new vocabulary are refused."""
+    if tokenizer.pretrained not in (None, name):
+        raise _refuse(
+            f"{name} brings its own tokenizer, but tokenizer.pretrained is {tokenizer.pretrained}; "
+            "drop tokenizer.pretrained"
+        )
+    defaults = TokenizerConfig()
+    for key in TRAINING_KEYS:
+        value = getattr(tokenizer, key)
+        if value != getattr(defaults, key) and not (key == "vocab_size" and value == config["vocab_size"]):
+            raise _refuse(
+                f"{name} brings its own tokenizer, and tokenizer.{key} ({value}) would train a new WordPiece "
+                f"vocabulary; drop tokenizer.{key}"
+            )
+    tokenizer.pretrained = name
+    tokenizer.vocab_size = config["vocab_size"]
+
+
+def load_base_model(cfg: Config) -> Any:
+    """The base's BertForMaskedLM in float32, with the config's dropout (a resolved config: `resolve_init_from`)."""
+    from transformers import BertForMaskedLM
+
+    from mlmtrain.model.context import quiet_transformers
+
+    with quiet_transformers():
+        model = BertForMaskedLM.from_pretrained(
+            str(base_folder(cfg.model.init_from)),
+            attn_implementation="sdpa",
+            dtype=torch.float32,
+            hidden_dropout_prob=cfg.model.hidden_dropout_prob,
+            attention_probs_dropout_prob=cfg.model.attention_dropout_prob,
+        )
+    add_word_rows(model, cfg)
+    return model
+
+
+ADDED_WORDS = "added_words.txt"  # beside the run: the words tokenizer.extend_vocab added, one a line, in id order
+
+
+def added_words(cfg: Config) -> list[str]:
+    """The words tokenizer.extend_vocab added to the run's tokenizer (as its mlmtrain-tokenizer.json records)."""
+    from mlmtrain.data.tokenizer import tokenizer_record
+
+    return list((tokenizer_record(cfg.tokenizer_dir) or {}).get("added_words") or [])
+
+
+def write_added_words(cfg: Config, run_dir: Path) -> None:
+    """RUN_DIR/added_words.txt, when the run's tokenizer has words tokenizer.extend_vocab added."""
+    words = added_words(cfg)
+    if words:
+        (run_dir / ADDED_WORDS).write_text("".join(word + "\n" for word in words), encoding="utf-8")
+
+
+def add_word_rows(model: Any, cfg: Config) -> None:
+    """Rows for the words tokenizer.extend_vocab added to the run's tokenizer (none: nothing): each word's
+    embedding row and output bias start as the mean of those of the base's pieces of it."""
+    from mlmtrain.data.tokenizer import load_tokenizer
+
+    words = added_words(cfg)
+    if not words:
+        return
+    base, extended = load_tokenizer(cfg.model.init_from).backend_tokenizer, load_tokenizer(cfg.tokenizer_dir)
+    ids = extended.convert_tokens_to_ids(words)
+    model.resize_token_embeddings(max(model.config.vocab_size, max(ids) + 1), mean_resizing=False)
+    tables = [model.get_input_embeddings().weight, model.get_output_embeddings().weight]
+    bias = model.get_output_embeddings().bias
+    with torch.no_grad():
+        for word, new_id in zip(words, ids, strict=True):
+            pieces = [token.id for token in base.model.tokenize(word)]
+            for table in {id(t): t for t in tables}.values():  # the decoder is the embedding when they are tied
+                table[new_id] = table[pieces].mean(0)
+            if bias is not None:
+                bias[new_id] = bias[pieces].mean()
+
+
+# ---------------------------------------------------------------------------------------------
+# A second phase: a longer data.seq_len than the checkpoint or base was trained with
+
+
+def _trained_seq_len(folder: Path) -> Optional[int]:
+    """data.seq_len of the mlmtrain.yaml beside a model (None: no such file, or not one mlmtrain wrote)."""
+    try:
+        value = (read_yaml(folder / "mlmtrain.yaml").get("data") or {}).get("seq_len")
+    except UserError:
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _positions(folder: Path) -> Optional[int]:
+    try:
+        value = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) else None
+
+
+def second_phase_note(cfg: Config, resume_from: Optional[Path]) -> Optional[str]:
+    """The note for a run that continues a checkpoint (--resume) or a base (model.init_from) at a longer
+    data.seq_len than it was trained with (None otherwise); UserError for a seq_len beyond the checkpoint's
+    positions."""
+    if resume_from is None and not cfg.model.init_from:
+        return None
+    folder = resume_from if resume_from is not None else base_folder(cfg.model.init_from)
+    seq_len, positions = cfg.data.seq_len, _positions(folder)
+    if positions is not None and seq_len > positions:
+        raise UserError(
+            "config",
+            f"data.seq_len ({seq_len}) is beyond the {positions} positions of {folder}; set data.seq_len to "
+            f"{positions} or less",
+        )
+    before = _trained_seq_len(folder)
+    if before is None or seq_len <= before:
+        return None
+    return (
+        f"note: second phase: data.seq_len {seq_len}, up from the {before} that {folder} was trained with (the "
+        f"model has {positions} positions); positions past {before} start barely trained, as in BERT's second "
+        "phase (90 % of the steps at 128 tokens, the rest at 512), and evaluations at the new length are not "
+        "comparable with the earlier ones"
+    )

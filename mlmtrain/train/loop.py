@@ -1,0 +1,419 @@
+"""`pretrain(cfg)`: lock and claim the run folder, tokenize if needed, build the parts, run the loop.
+
+Read `Loop.run` top to bottom: fetch the step's micro-batches, `train_step` (step.py), then log, evaluate and
+checkpoint on their cadence. Rank 0 alone writes; every collective is taken by every rank in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from mlmtrain.config import PAIR_OBJECTIVES, Config, save_config
+from mlmtrain.data.blocks import StoreBlocks, evaluation_blocks
+from mlmtrain.data.store import TokenStore, tokenize_corpus
+from mlmtrain.data.tokenizer import tokenizer_fingerprint
+from mlmtrain.errors import UserError, interrupt_on_sigterm, loader_worker_died
+from mlmtrain.evaluate.probe import LiveProbe, ProbeDiverged, Task, live_task, metric_record
+from mlmtrain.model.electra import masking_rate_note
+from mlmtrain.report.page import LiveReport
+from mlmtrain.runtime.distributed import DistContext, gather_objects, init_distributed, on_main, peer_lost, teardown
+from mlmtrain.runtime.files import write_failure
+from mlmtrain.runtime.progress import Reporter, say
+from mlmtrain.runtime.trackers import check_trackers
+from mlmtrain.train import checkpoint as ckpt
+from mlmtrain.train.guard import RunLock, StopRequested, check_before_start, claim_run_dir
+from mlmtrain.train.init_from import resolve_init_from, second_phase_note, write_added_words
+from mlmtrain.train.objective import evaluate_trained
+from mlmtrain.train.step import (
+    Parts,
+    StepResult,
+    budget_progress,
+    build_parts,
+    compile_failure,
+    reproducible_compile,
+    train_step,
+)
+
+
+def pretrain(cfg: Config, resume: Optional[str] = None, overwrite: bool = False) -> Path:
+    """`mlmtrain pretrain`: returns the folder of the final checkpoint."""
+    resolve_init_from(cfg)  # a base that cannot be used is refused before anything is written
+    ctx = init_distributed(cfg.train.device)
+    try:
+        return _pretrain(cfg, ctx, resume, overwrite)
+    finally:
+        teardown(ctx)
+
+
+def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: bool) -> Path:
+    run_dir = Path(cfg.train.run_dir)
+    if resume is not None and overwrite:
+        raise UserError(
+            "argument", "--resume and --overwrite contradict each other (--overwrite deletes the run); drop one"
+        )
+    if resume not in (None, "auto"):
+        ckpt.resolve_resume(run_dir, resume)  # a mistyped folder fails now, not after tokenizing
+    # Rank 0 alone locks, checks and tokenizes; on_main shares its verdict, so a refusal stops every rank at once.
+    on_main(ctx, lambda: check_trackers(cfg.train.active_trackers, cfg.train.tensorboard))  # before any work
+    task = on_main(ctx, lambda: live_task(cfg.probe))  # a bad probe task fails before anything is written
+    lock = on_main(ctx, lambda: RunLock(run_dir))
+    try:
+        on_main(ctx, lambda: claim_run_dir(run_dir, resume, overwrite, cfg))
+        resume_from = ckpt.resolve_resume(run_dir, resume) if resume is not None else None
+        # a resume that cannot work is refused before the tokenizer or the store is rebuilt
+        on_main(ctx, lambda: check_before_start(cfg, ctx.device, resume_from))
+        note = on_main(ctx, lambda: second_phase_note(cfg, resume_from))
+        if note and ctx.is_main:
+            say(note)
+        with interrupt_on_sigterm():  # tokenizing and set-up: SIGTERM says "interrupted" like Ctrl-C
+            on_main(ctx, lambda: _ensure_data(cfg))
+            if ctx.is_main and resume == "auto" and resume_from is None:
+                say(f"no checkpoint in {run_dir}; starting a new run")
+            with reproducible_compile(cfg, ctx.device):
+                return _run(cfg, ctx, run_dir, resume_from, task)
+    except RuntimeError as error:
+        failed = compile_failure(error)
+        if failed is not None:  # e.g. a C++ compiler found but unable to build: the fix is to train without compile
+            latest = ckpt.latest_checkpoint(run_dir)
+            kept = f"; the last complete checkpoint is {latest}" if latest else ""
+            raise UserError(
+                "compile", f"torch.compile could not compile the model ({failed}); set train.compile: false{kept}"
+            ) from error  # mlmtrain --debug shows the compiler's whole story
+        if not (loader_worker_died(error) or (ctx.distributed and peer_lost(error))):
+            raise
+        raise _stopped_from_outside(error, run_dir) from error
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _stopped_from_outside(error: RuntimeError, run_dir: Path) -> UserError:
+    """One line for a run stopped by a process it depends on: a dead DataLoader worker, or another process of the
+    torchrun job gone (killed, out of memory), which the survivors learn as a broken connection in a collective."""
+    latest = ckpt.latest_checkpoint(run_dir)
+    kept = f" (the last complete checkpoint is {latest})" if latest else ""
+    if loader_worker_died(error):
+        return UserError(
+            "data",
+            f"{str(error).strip().rstrip('.')}; the kernel's out-of-memory killer is the usual cause: lower "
+            f"data.num_workers or free memory, then resume with --resume{kept}",
+        )
+    return UserError(
+        "distributed",
+        "another process of this job stopped (its connection was lost); torchrun's summary names it and its own "
+        "output says why (killed, out of memory); resume with torchrun <same options> -m mlmtrain pretrain "
+        f"--config <your config> --resume{kept}",
+    )
+
+
+def _ensure_data(cfg: Config) -> None:
+    """Tokenize first when the store is missing or stale, so one command does the whole job (rank 0 only)."""
+    if cfg.data.use_store:
+        tokenize_corpus(cfg)
+    else:
+        from mlmtrain.data.sources import corpus_splits
+        from mlmtrain.data.store import prepare_tokenizer
+
+        prepare_tokenizer(cfg, corpus_splits(cfg.data)[0])
+
+
+def eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
+    """Validation blocks for training-time evaluation (None when the validation split has no full block)."""
+    if not cfg.data.use_store:
+        return None
+    try:
+        if cfg.train.objective in PAIR_OBJECTIVES:  # fixed pairs of the validation documents
+            from mlmtrain.model.pairs import pair_windows
+
+            windows = pair_windows(cfg, TokenStore(cfg.store_dir, "validation"), tokenizer)
+            return windows, evaluation_blocks(windows, cfg.train.eval_max_blocks)
+        blocks = StoreBlocks(
+            TokenStore(cfg.store_dir, "validation"),
+            cfg.data.seq_len,
+            True,
+            tokenizer.cls_token_id,
+            tokenizer.sep_token_id,
+        )
+    except UserError as error:
+        say(f"evaluation disabled: {error.message}")
+        return None
+    return blocks, evaluation_blocks(blocks, cfg.train.eval_max_blocks)
+
+
+def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Path], task: Optional[Task]) -> Path:
+    parts = build_parts(cfg, ctx, resume_from)
+    validation = eval_set(cfg, parts.tokenizer) if ctx.is_main and cfg.train.eval_every else None
+    probe = LiveProbe(cfg.probe, task, parts.tokenizer, ctx.device, cfg.train.seed) if task else None
+    if ctx.is_main:
+        _announce(parts, run_dir, resume_from)
+    if resume_from is not None:
+        on_main(ctx, lambda: _set_aside_later(run_dir, parts.state.step, resume_from))
+    return Loop(parts, run_dir, validation, probe).run()
+
+
+def _set_aside_later(run_dir: Path, step: int, resumed: Path) -> None:
+    """A run resumed from an older checkpoint: the earlier run's later checkpoints go into a folder of their own."""
+    moved = ckpt.set_aside_later(run_dir, step, resumed)
+    if moved is not None:
+        folder, names = moved
+        say(
+            f"note: moved {', '.join(names)} (an earlier run's steps past step {step}, where this run resumes) to "
+            f"{folder}, so that --resume and checkpoint.keep_last follow this run; delete that folder if unneeded"
+        )
+
+
+def _announce(parts: Parts, run_dir: Path, resume_from: Optional[Path]) -> None:
+    """Rank 0: the resolved config and run facts into run_dir, and the start line."""
+    cfg, ctx, layout = parts.cfg, parts.ctx, parts.layout
+    facts = {"tokenizer_fingerprint": tokenizer_fingerprint(parts.tokenizer), "world_size": ctx.world_size}
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run_dir)
+        (run_dir / "run.json").write_text(json.dumps(facts, indent=1))
+        write_added_words(cfg, run_dir)
+    except OSError as error:  # a full disk or a quota, met before the first step
+        raise UserError(
+            "run",
+            f"could not write the run's config in {run_dir}: {write_failure(error, run_dir)}; "
+            "free disk space or fix permissions, then run again",
+        ) from error
+    params = sum(p.numel() for p in parts.mlm.parameters())
+    say(
+        f"pretrain: {params / 1e6:.1f}M parameters on {ctx.device} ({parts.precision.describe()}), "
+        f"{ctx.world_size} process(es), global batch {layout.global_batch} x {cfg.data.seq_len} tokens "
+        f"(micro-batch {layout.micro_batch_size}, accumulation {layout.accum_steps})"
+        + (f", resuming from {resume_from} at step {parts.state.step}" if resume_from else "")
+    )
+    if parts.precision.warning:
+        say(parts.precision.warning)
+    if note := masking_rate_note(cfg):
+        say(note)
+    if parts.saved and parts.saved.get("world_size", 1) != ctx.world_size:
+        say(
+            f"note: the checkpoint was written by {parts.saved.get('world_size', 1)} process(es); the data order "
+            "carries over, dropout draws (and a live stream's shards) differ from an uninterrupted run"
+        )
+
+
+class Loop:
+    """The training loop and its cadence (log, evaluate, checkpoint); `run` reads top to bottom."""
+
+    def __init__(self, parts: Parts, run_dir: Path, eval_set: Any, probe: Optional[LiveProbe] = None) -> None:
+        self.parts, self.cfg, self.ctx, self.state = parts, parts.cfg, parts.ctx, parts.state
+        self.run_dir, self.eval_set, self.live_probe = run_dir, eval_set, probe
+        self.probe_s = 0.0  # seconds spent probing: kept off the budget's clock
+        self.start_step = parts.state.step  # pause_after applies once: a resumed run goes on past it
+        self.last_saved: Optional[Path] = ckpt.latest_checkpoint(run_dir) if self.ctx.is_main else None
+        self.live_report = LiveReport(run_dir) if self.cfg.report.html else None
+        self.spared: set[Path] = set()  # old checkpoints keep-last left alone because they hold a user's files
+
+    def run(self) -> Path:
+        cfg, state, ctx = self.cfg, self.state, self.ctx
+        reporter = Reporter(
+            self.run_dir if ctx.is_main else None,
+            cfg.train.max_steps,
+            enabled=ctx.is_main,
+            show_bar=cfg.train.progress,
+            trackers=cfg.train.active_trackers,
+            params=cfg.to_dict(),
+            initial_step=state.step,
+        )
+        stopper = StopRequested()
+        window = Window()
+        started = time.perf_counter() - state.elapsed_s  # wall time carries over a resume, for max_time
+        stopped = False
+        eval_loss: Optional[float] = None
+        try:
+            if cfg.model.init_from and state.step == 0:  # the base model's own figures open metrics.jsonl
+                self.evaluate(reporter)
+            while budget_progress(cfg, state) < 1.0:
+                # fetch the step's micro-batches (timed: a loop that waits for data is data-bound), then one step
+                fetch_started = time.perf_counter()
+                micro = [next(self.parts.batches) for _ in range(self.parts.layout.accum_steps)]
+                window.wait_s += time.perf_counter() - fetch_started
+                result = train_step(
+                    self.parts, micro, lambda: time.perf_counter() - started - self.probe_s, stopper.flag
+                )
+                if result.skipped:
+                    self.skipped(result, reporter)
+                else:
+                    window.tokens += result.tokens
+                    tokens_per_s = window.tokens_per_s()
+                    reporter.advance(state.step, result.loss, result.lr, tokens_per_s)
+                    if state.step % cfg.train.log_every == 0:
+                        reporter.log(
+                            {
+                                "step": state.step,
+                                "tokens": state.tokens,
+                                "flops": state.flops,
+                                "loss": result.loss,
+                                **result.parts,
+                                "lr": result.lr,
+                                "grad_norm": result.grad_norm,
+                                "tokens_per_s": tokens_per_s,
+                                "data_wait_share": window.wait_share(),
+                                "elapsed_s": round(state.elapsed_s, 3),
+                            }
+                        )
+                        window = Window()
+                    eval_loss = self.evaluate(reporter) if _every(state.step, cfg.train.eval_every) else None
+                    self.probe(reporter, _every(state.step, cfg.train.eval_every))
+                    if _every(state.step, cfg.checkpoint.save_every):
+                        self.save(eval_loss)
+                pause = cfg.train.pause_after
+                if result.stop_requested or (pause and self.start_step < pause <= state.step):
+                    stopped = True
+                    break
+            else:  # budget spent: a last evaluation unless this very step had one
+                if not (_every(state.step, cfg.train.eval_every) and state.step > 0):
+                    eval_loss = self.evaluate(reporter)
+                self.probe(reporter, evaluated=True, final=True)
+            # every rank takes the same branch here: save() holds collectives
+            if not (_every(state.step, cfg.checkpoint.save_every) and state.step > 0):
+                self.save(eval_loss)
+        finally:
+            stopper.restore()
+            reporter.close()
+        if ctx.is_main:
+            self.farewell(stopped)
+        return self.last_saved if self.last_saved is not None else self.run_dir
+
+    def skipped(self, result: StepResult, reporter: Reporter) -> None:
+        """A skipped step is reported; too many in a row stop the run (the last good checkpoint stays)."""
+        state = self.state
+        reporter.log(
+            {
+                "step": state.step,
+                "tokens": state.tokens,
+                "flops": state.flops,
+                "nonfinite_skipped": state.nonfinite_total,
+            }
+        )
+        reporter.message(
+            f"step {state.step + 1}: loss {result.loss}, gradient norm {result.grad_norm}; step skipped "
+            f"({state.nonfinite_in_row} in a row)"
+        )
+        if state.nonfinite_in_row >= self.cfg.train.max_nonfinite:
+            kept = f"; the last good checkpoint is {self.last_saved}" if self.last_saved else ""
+            raise UserError(
+                "train",
+                f"{state.nonfinite_in_row} non-finite losses or gradients in a row at step "
+                f"{state.step}{kept}; lower optim.lr or use train.precision fp32/bf16",
+            )
+
+    def evaluate(self, reporter: Reporter) -> Optional[float]:
+        """Validation metrics with fixed masks (rank 0; the others wait at the next collective)."""
+        if self.eval_set is None or not self.ctx.is_main:
+            return None
+        parts, blocks, indices = self.parts, *self.eval_set
+        metrics, summary = evaluate_trained(
+            self.cfg,
+            parts.mlm,
+            parts.vocab,
+            blocks,
+            indices,
+            parts.layout.micro_batch_size,
+            self.ctx.device,
+            parts.autocast_dtype,
+        )
+        reporter.log({"step": self.state.step, "tokens": self.state.tokens, "flops": self.state.flops, **metrics})
+        reporter.message(f"step {self.state.step}: {summary}")
+        return metrics["eval_loss"]
+
+    def probe(self, reporter: Reporter, evaluated: bool, final: bool = False) -> None:
+        """The live downstream probe when due (rank 0), into metrics.jsonl, its time off the budget's clock (the
+        other ranks wait at the next collective)."""
+        state = self.state
+        try:
+            result = self.live_probe.when_due(self.parts.mlm, state.step, evaluated, final) if self.live_probe else None
+        except ProbeDiverged as error:  # a probe's own trouble: say so, and pretraining goes on
+            reporter.message(f"step {state.step}: probe skipped: {error.message}")
+            return
+        if result is not None:
+            reporter.log({"step": state.step, "tokens": state.tokens, "flops": state.flops, **metric_record(result)})
+            reporter.message(f"step {state.step}: {self.live_probe.summary(result)}")
+            self.probe_s += result.seconds
+
+    def save(self, eval_loss: Optional[float]) -> None:
+        """Checkpoint on rank 0 (every rank's RNG state included) while the others wait, so no rank reads ahead."""
+        parts, ctx, state = self.parts, self.ctx, self.state
+        if not all(bool(torch.isfinite(p).all()) for p in parts.mlm.parameters()):
+            # weights are identical on every rank under DDP, so all ranks stop here together
+            raise UserError(
+                "train",
+                f"the weights became non-finite by step {state.step}; no checkpoint written "
+                "(the last good one stays); lower optim.lr or keep optim.grad_clip > 0",
+            )
+        rng = gather_objects(ctx, ckpt.rng_state())
+
+        def write() -> Path:
+            if eval_loss is not None and eval_loss < state.best_eval_loss:
+                state.best_eval_loss, state.best_step = eval_loss, state.step
+            training_state = {
+                "optimizer": parts.optimizer.state_dict(),
+                "scaler": parts.scaler.state_dict(),
+                "train_state": vars(state).copy(),
+                "rng": rng,
+                "world_size": ctx.world_size,
+                "accum_steps": parts.layout.accum_steps,  # with micro_batches: the data position in global batches
+            }
+            folder = ckpt.save_checkpoint(
+                self.run_dir,
+                state.step,
+                parts.mlm,
+                parts.tokenizer,
+                self.cfg,
+                training_state,
+                {"tokens": state.tokens, "eval_loss": eval_loss},
+            )
+            best = self.run_dir / "checkpoints" / f"step-{state.best_step}" if self.cfg.checkpoint.keep_best else None
+            for old, foreign in ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, keep=best):
+                if old not in self.spared:  # said once per folder, not at every save
+                    self.spared.add(old)
+                    say(f"kept {old} past checkpoint.keep_last: {ckpt.why_spared(foreign)}; delete it if unneeded")
+            if self.live_report is not None:
+                self.live_report.refresh()  # never raises: a failed page must not stop the run
+            return folder
+
+        self.last_saved = on_main(ctx, write) or self.last_saved  # a failed write (disk full) stops every rank
+
+    def farewell(self, stopped: bool) -> None:
+        latest = self.run_dir / "checkpoints" / "latest"
+        if stopped:
+            launcher = "torchrun <same options> -m " if self.ctx.distributed else ""
+            say(
+                f"stopped at step {self.state.step}; checkpoint {self.last_saved}. Resume with: "
+                f"{launcher}mlmtrain pretrain --config <your config> --resume (same --set options)"
+            )
+            return
+        say(
+            f"done: {self.state.step} steps, {self.state.tokens:,} tokens in {self.state.elapsed_s:.0f}s; "
+            f"checkpoint {self.last_saved} (also {latest})"
+        )
+        say(f'try: mlmtrain fill-mask --model {latest} "a sentence with a [MASK] in it"')
+        say(f"and: mlmtrain eval-perplexity --model {latest} --config <your config>")
+
+
+@dataclass
+class Window:
+    """One logging window's throughput and the share of it spent waiting for the data loader."""
+
+    started: float = field(default_factory=time.perf_counter)
+    tokens: int = 0
+    wait_s: float = 0.0
+
+    def tokens_per_s(self) -> float:
+        return self.tokens / max(time.perf_counter() - self.started, 1e-9)
+
+    def wait_share(self) -> float:
+        return round(self.wait_s / max(time.perf_counter() - self.started, 1e-9), 4)
+
+
+def _every(step: int, interval: int) -> bool:
+    return bool(interval) and step % interval == 0

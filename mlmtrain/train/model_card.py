@@ -1,0 +1,259 @@
+"""The model card of a checkpoint (`README.md`): Hub metadata in YAML front matter (library, pipeline, license,
+datasets, language, tags), then the model's size, its tokenizer, the data, how far it trained, its last validation
+and probe scores, how to load it and the resolved config.
+
+`save_checkpoint` writes it afresh at each save, from the figures it records in checkpoint.json and the run's
+metrics.jsonl. Like every file of a checkpoint it is listed in checkpoint.json with its size and time, so a card a
+user edited makes the folder theirs: it is never replaced or pruned.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlmtrain.config import Config
+
+CARD = "README.md"
+# how the card names the validation and probe figures of metrics.jsonl (others keep their key)
+_FIGURES = {
+    "eval_loss": "validation loss",
+    "eval_ppl": "validation perplexity",
+    "eval_acc": "validation accuracy (masked tokens)",
+    "eval_generator_perplexity": "generator perplexity",
+    "eval_generator_accuracy": "generator accuracy",
+    "eval_discriminator_accuracy": "discriminator accuracy",
+    "eval_auc": "discriminator AUC",
+    "probe_acc": "probe accuracy",
+    "probe_f1": "probe macro-F1",
+    "probe_pearson": "probe Pearson",
+    "probe_spearman": "probe Spearman",
+}
+_NOT_FIGURES = ("eval_masked_tokens", "eval_seconds", "probe_seconds")
+
+
+def write_model_card(
+    folder: Path, cfg: Config, step: int, metrics: dict[str, Any], state: dict[str, Any], run_dir: Path
+) -> Path:
+    """Write `folder`/README.md for the model saved there at `step`; `metrics` are checkpoint.json's figures,
+    `state` the training state (its elapsed time), run_dir/metrics.jsonl gives the last validation and probe."""
+    folder = Path(folder)
+    model = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    records = _records_up_to(Path(run_dir) / "metrics.jsonl", step)
+    body = "\n".join(
+        [
+            _front_matter(cfg, model),
+            _summary(cfg, model, folder, step),
+            _model_section(model, folder),
+            _tokenizer_section(cfg, folder),
+            _data_section(cfg),
+            _training_section(cfg, step, metrics, state),
+            _scores_section("Validation", "eval_", records, step, metrics),
+            _scores_section(f"Probe: `{cfg.probe.task}`, {cfg.probe.mode}", "probe_", records, step, {}),
+            _loading_section(cfg),
+            _config_section(cfg),
+        ]
+    )
+    body = re.sub(r"\n{3,}", "\n\n", body)  # a section with nothing to say leaves no gap
+    (folder / CARD).write_text(body, encoding="utf-8")
+    return folder / CARD
+
+
+def _records_up_to(path: Path, step: int) -> list[dict[str, Any]]:
+    """The metrics.jsonl records of this run's history up to `step`, in file order. A run resumed from an older
+    checkpoint appends after the earlier run's later steps: from its first line on, those are not its history."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeError):
+        return []
+    records: list[dict[str, Any]] = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            continue
+        if records and record["step"] < records[-1]["step"]:  # a resume from an earlier step starts here
+            records = [kept for kept in records if kept["step"] < record["step"]]
+        records.append(record)
+    return [record for record in records if record["step"] <= step]
+
+
+def hub_datasets(cfg: Config) -> list[str]:
+    """The hub datasets (hf:NAME...) the model was trained or validated on, for the card's `datasets`."""
+    from mlmtrain.data.sources import parse_hub_spec
+
+    names: list[str] = []
+    for source in (cfg.data.train, cfg.data.validation):
+        for entry in [source] if isinstance(source, str) else source or []:
+            if entry.startswith("hf:"):
+                name = parse_hub_spec(entry)[0]
+                names += [] if name in names else [name]
+    return names
+
+
+def _languages(cfg: Config) -> list[str]:
+    language = cfg.checkpoint.language
+    if language is not None:
+        return [language] if isinstance(language, str) else list(language)
+    sources = [cfg.data.train] if isinstance(cfg.data.train, str) else list(cfg.data.train)
+    return ["en"] if all(source.startswith("builtin:") for source in sources) else []  # the Python docs are English
+
+
+def _is_electra(model: dict[str, Any]) -> bool:
+    return model.get("model_type") == "electra"
+
+
+def _front_matter(cfg: Config, model: dict[str, Any]) -> str:
+    electra = _is_electra(model)
+    meta: dict[str, Any] = {
+        "library_name": "transformers",
+        "pipeline_tag": "feature-extraction" if electra else "fill-mask",
+        "license": cfg.checkpoint.license,
+    }
+    if datasets := hub_datasets(cfg):
+        meta["datasets"] = datasets
+    if languages := _languages(cfg):
+        meta["language"] = languages
+    meta["tags"] = ["mlmtrain", "electra"] if electra else ["mlmtrain", "bert", "fill-mask"]
+    return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n"
+
+
+def _summary(cfg: Config, model: dict[str, Any], folder: Path, step: int) -> str:
+    objective = (
+        "with ELECTRA's replaced-token detection (the generator, a masked-LM, is in `generator/`)"
+        if _is_electra(model)
+        else "with masked language modeling"
+    )
+    return (
+        f"# {Path(cfg.train.run_dir).name}, step {step:,}\n\n"
+        f"A {model.get('num_hidden_layers')}-layer {model.get('model_type', 'bert').upper()} encoder pretrained "
+        f"{objective} by mlmtrain, {_parameters(folder):,} parameters.\n"
+    )
+
+
+def _parameters(folder: Path) -> int:
+    """The numbers in the folder's saved weights (tied ones counted once, the pooler included)."""
+    from safetensors import safe_open
+
+    total = 0
+    for weights in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(weights), "pt") as opened:
+            total += sum(math.prod(opened.get_slice(name).get_shape()) for name in opened.keys())
+    return total
+
+
+def _table(rows: list[tuple[str, Any]]) -> str:
+    return "| | |\n|---|---|\n" + "".join(f"| {name} | {value} |\n" for name, value in rows)
+
+
+def _model_section(model: dict[str, Any], folder: Path) -> str:
+    rows = [
+        ("architecture", ", ".join(model.get("architectures") or [model.get("model_type", "?")])),
+        ("layers", model.get("num_hidden_layers")),
+        ("hidden size", model.get("hidden_size")),
+        ("attention heads", model.get("num_attention_heads")),
+        ("feed-forward size", model.get("intermediate_size")),
+        ("max positions", model.get("max_position_embeddings")),
+        ("embedding rows", model.get("vocab_size")),
+        ("parameters", f"{_parameters(folder):,}"),
+    ]
+    return "## Model\n\n" + _table(rows)
+
+
+def _tokenizer_section(cfg: Config, folder: Path) -> str:
+    try:
+        settings = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        vocab = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))["model"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    origin = (
+        f"reused from `{cfg.tokenizer.pretrained}`"
+        if cfg.tokenizer.pretrained
+        else "trained by mlmtrain on the training data"
+    )
+    cased = "lower-cased" if settings.get("do_lower_case") else "cased"
+    return (
+        f"## Tokenizer\n\n{vocab.get('type', 'WordPiece')}, {len(vocab.get('vocab') or {}):,} tokens, {cased}, "
+        f"{origin}; its files are in this folder.\n"
+    )
+
+
+def _sources(source: Any) -> str:
+    return ", ".join(f"`{entry}`" for entry in ([source] if isinstance(source, str) else source))
+
+
+def _data_section(cfg: Config) -> str:
+    validation = (
+        _sources(cfg.data.validation)
+        if cfg.data.validation
+        else f"{cfg.data.validation_fraction:.0%} of the training documents, held out"
+    )
+    return (
+        f"## Data\n\n- training: {_sources(cfg.data.train)}\n- validation: {validation}\n"
+        f"- blocks of {cfg.data.seq_len} tokens, {'packed' if cfg.data.packing else 'one document each'}\n"
+    )
+
+
+def _training_section(cfg: Config, step: int, metrics: dict[str, Any], state: dict[str, Any]) -> str:
+    elapsed = (state.get("train_state") or {}).get("elapsed_s")
+    rows = [
+        ("objective", cfg.train.objective),
+        ("steps", f"{step:,}"),
+        ("tokens", f"{metrics.get('tokens', 0):,}"),
+        ("batch", f"{cfg.train.batch_size} x {cfg.data.seq_len} tokens"),
+        ("training time", f"{elapsed:,.0f} s" if isinstance(elapsed, (int, float)) else "n/a"),
+        ("seed", cfg.train.seed),
+    ]
+    return "## Training\n\n" + _table(rows)
+
+
+def _figure(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}" if math.isfinite(value) else "n/a"
+    return str(value)
+
+
+def _scores_section(title: str, prefix: str, records: list[dict[str, Any]], step: int, saved: dict[str, Any]) -> str:
+    """The last record with `prefix` figures; checkpoint.json's own figures (`saved`) win where both hold one."""
+    found = next((record for record in reversed(records) if any(k.startswith(prefix) for k in record)), None)
+    if found is None:
+        return ""
+    figures = {k: v for k, v in found.items() if k.startswith(prefix) and k not in _NOT_FIGURES}
+    if found["step"] == step:
+        figures.update({k: v for k, v in saved.items() if k.startswith(prefix) and v is not None})
+    rows = [(_FIGURES.get(key, key), _figure(value)) for key, value in figures.items()]
+    where = "this step" if found["step"] == step else f"step {found['step']:,}"
+    return f"## {title}\n\nAt {where} (fixed evaluation masks and seeds):\n\n" + _table(rows)
+
+
+def _loading_section(cfg: Config) -> str:
+    if cfg.train.objective == "electra":
+        code = (
+            'from transformers import AutoModel, AutoTokenizer, ElectraForPreTraining\n\nMODEL = "."  '
+            "# this folder, or the Hub repository it was pushed to\n"
+            "tokenizer = AutoTokenizer.from_pretrained(MODEL)\n"
+            "discriminator = ElectraForPreTraining.from_pretrained(MODEL)\n"
+            "encoder = AutoModel.from_pretrained(MODEL)  # for fine-tuning: AutoModelForSequenceClassification\n"
+        )
+    else:
+        code = (
+            'from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, pipeline\n\nMODEL = "."  '
+            "# this folder, or the Hub repository it was pushed to\n"
+            'fill = pipeline("fill-mask", model=MODEL)\n'
+            'print(fill(f"The capital of France is {fill.tokenizer.mask_token}."))\n'
+            "tokenizer = AutoTokenizer.from_pretrained(MODEL)\n"
+            "mlm = AutoModelForMaskedLM.from_pretrained(MODEL)\n"
+            "encoder = AutoModel.from_pretrained(MODEL)  # for fine-tuning: AutoModelForSequenceClassification\n"
+        )
+    return f"## How to load\n\n```python\n{code}```\n"
+
+
+def _config_section(cfg: Config) -> str:
+    return f"## Config\n\nThe resolved config of the run (also in `mlmtrain.yaml`):\n\n```yaml\n{cfg.to_yaml()}```\n"

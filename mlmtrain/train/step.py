@@ -1,0 +1,390 @@
+"""What one optimizer step needs and does: `build_parts` (model, optimizer, scaler, state and the micro-batch stream,
+fresh or from a checkpoint) and `train_step` (count the global batch's selected tokens, forward/backward each
+micro-batch with all-reduce on the last only, clip, read the loss and gradient norm in one copy, skip non-finite
+steps, set the learning rate, step).
+
+`train.py` runs them in its loop; `scripts/benchmark.py` times the same two functions as the bare step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from mlmtrain.config import PAIR_OBJECTIVES, Config
+from mlmtrain.data.blocks import (
+    BatchLayout,
+    LiveMicroBatches,
+    MicroBatches,
+    StoreBlocks,
+    batch_layout,
+    make_loader,
+    raise_worker_errors,
+)
+from mlmtrain.data.masking import MaskingCollator, VocabInfo
+from mlmtrain.data.store import TokenStore
+from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
+from mlmtrain.errors import UserError
+from mlmtrain.model.bert import MaskedLM, use_training_attention
+from mlmtrain.model.context import autocast_context
+from mlmtrain.model.optim import apply_optim_config, build_optimizer, learning_rate, set_learning_rate
+from mlmtrain.runtime.distributed import DistContext, all_reduce_sum
+from mlmtrain.runtime.progress import say
+from mlmtrain.train import checkpoint as ckpt
+from mlmtrain.train.objective import Objective, build_trained, objective_of, step_module
+from mlmtrain.train.precision import Precision, resolve_precision
+
+
+def check_compile_toolchain(device: torch.device) -> None:
+    """UserError, before anything is built, where `train.compile`'s backend (inductor) cannot generate code for
+    `device`: it writes C++ for the CPU and Triton kernels for CUDA, and without a compiler or Triton the first step
+    would fail with a page of traceback. (A compiler that is found but cannot build, e.g. without Python's headers,
+    is caught at the first step instead: `compile_failure`.)"""
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            raise UserError(
+                "config",
+                "train.compile: true needs Triton to compile for CUDA, and it is not installed; install it "
+                "(pip install triton) or set train.compile: false",
+            )
+        return
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+    except ImportError:  # an older torch: a missing compiler shows at the first step (compile_failure)
+        return
+    try:
+        get_cpp_compiler()  # tries $CXX (else g++, or clang++ on macOS) with --version
+    except Exception:
+        raise UserError(
+            "config",
+            "train.compile: true needs a C++ compiler on the CPU, and none works here; install one (g++ or clang++, "
+            "or point CXX at it) or set train.compile: false",
+        ) from None
+
+
+@contextmanager
+def reproducible_compile(cfg: Config, device: torch.device) -> Iterator[None]:
+    """With train.compile on the CPU, torch's deterministic algorithms for the block (then as before). Inductor's
+    C++ kernels otherwise sum some gradients with parallel atomic adds (the token-type embedding's, every position
+    into one row), so two runs, or a run and its resumed copy, differ in the last bits. Measured on 2 cores: the
+    mini step is as fast either way. (Eager CPU kernels are deterministic already; CUDA's are not bit-reproducible
+    in any case, and there the switch would refuse some kernels.)"""
+    if not (cfg.train.compile and device.type == "cpu"):
+        yield
+        return
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)  # warn_only: an op without such a kernel still runs
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def compile_failure(error: BaseException) -> Optional[str]:
+    """The first line of `error` when it is torch.compile failing to compile the model (a C++ compiler that cannot
+    build, a kernel it cannot generate), else None: the fix is the same whatever the cause, train.compile: false."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    if not isinstance(error, BackendCompilerFailed):
+        return None
+    inner = getattr(error, "inner_exception", None) or error
+    first = next((line.strip() for line in str(inner).splitlines() if line.strip()), type(inner).__name__)
+    output = getattr(inner, "output", None)  # a C++ compiler's own output: its first error says what is missing
+    if isinstance(output, str):
+        said = [line.strip() for line in output.splitlines() if "error" in line.lower()]
+        first = f"{first}: {said[0]}" if said else first
+    return first if len(first) <= 240 else first[:237] + "..."
+
+
+@dataclass
+class TrainState:
+    """Everything besides weights and optimizer that a resumed run needs to continue exactly."""
+
+    step: int = 0
+    tokens: int = 0
+    micro_batches: int = 0  # the data position: micro-batches this rank has consumed
+    elapsed_s: float = 0.0
+    nonfinite_in_row: int = 0
+    nonfinite_total: int = 0
+    best_eval_loss: float = float("inf")
+    best_step: int = -1
+    warmup_end_progress: float = 0.0  # budget share used when warm-up ended: decay is measured from there
+    flops: int = 0  # training FLOPs so far: tokens x the objective's FLOPs per token, step by step
+
+
+@dataclass
+class Parts:
+    """What a run trains with: `build_parts` makes them, fresh or from a checkpoint; `train_step` uses them."""
+
+    cfg: Config
+    ctx: DistContext
+    mlm: Any  # what checkpoints save: the BertForMaskedLM, or ELECTRA's generator + discriminator
+    model: torch.nn.Module  # what a step calls (objective.step_module around mlm), compiled and/or wrapped in DDP
+    objective: Objective  # the loss parts a step's sums are divided into
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    precision: Precision
+    tokenizer: Any
+    vocab: VocabInfo
+    layout: BatchLayout
+    state: TrainState
+    batches: Iterator[dict[str, torch.Tensor]]  # micro-batches from the state's data position on
+    saved: dict[str, Any]  # the checkpoint's training state; empty for a fresh run
+
+    @property
+    def autocast_dtype(self) -> Optional[torch.dtype]:
+        return self.precision.dtype
+
+    def autocast(self) -> Any:
+        return autocast_context(self.ctx.device, self.autocast_dtype)
+
+
+def build_parts(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = None) -> Parts:
+    """Model, optimizer, scaler, state and the micro-batch stream, fresh or restored from `resume_from`."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # transformers' own save/load bars would break our progress bar every checkpoint
+    device = ctx.device
+    tokenizer = load_tokenizer(cfg.tokenizer_dir)
+    vocab = VocabInfo.from_tokenizer(tokenizer)
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    layout = batch_layout(cfg.train.batch_size, cfg.train.micro_batch_size, ctx.world_size, ctx.rank)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # TF32 matmuls: free speed on Ampere+ at no cost to MLM quality
+        torch.backends.cudnn.allow_tf32 = True
+
+    # --- model, optimizer, state (fresh or from a checkpoint)
+    state, saved = TrainState(), {}
+    if resume_from is not None:
+        saved = ckpt.load_training_state(resume_from)
+        mlm = ckpt.load_resume_model(resume_from, cfg, fingerprint)
+        dropout_changed = ckpt.dropout_changes(resume_from, cfg)  # applied by load_resume_model
+        if dropout_changed and ctx.is_main:
+            say(f"note: dropout from the config replaces the checkpoint's ({'; '.join(dropout_changed)})")
+        state = TrainState(**saved["train_state"])
+        # micro_batches counts this rank's micro-batches; another world size or micro-batch takes the same global
+        # batches in other bites, so carry the position over in whole global batches.
+        state.micro_batches = state.micro_batches // saved.get("accum_steps", layout.accum_steps) * layout.accum_steps
+    else:
+        torch.manual_seed(cfg.train.seed)  # identical initial weights on every rank
+        mlm = build_trained(cfg, vocab)
+    mlm.to(device).train()  # from_pretrained hands back a model in eval mode: dropout must be on again
+    use_training_attention(mlm)  # float32 attention under CPU autocast (model.py), fresh or resumed alike
+    precision = resolve_precision(cfg.train.precision, device)
+    model = step_module(cfg, mlm)
+    model.head_dtype = precision.head_dtype  # bf16-head: the (generator's) masked-LM head alone in bf16
+    if isinstance(model, MaskedLM):
+        model.static_rows = device.type != "cpu"  # the sparse head at a fixed capacity: no data-dependent shape
+    if cfg.train.compile:
+        model = torch.compile(model)
+    if ctx.distributed:
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    optimizer = build_optimizer(mlm, cfg.optim, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision.dtype == torch.float16)
+    if saved:
+        optimizer.load_state_dict(saved["optimizer"])
+        scaler.load_state_dict(saved["scaler"])
+        changed = apply_optim_config(optimizer, cfg.optim)  # the config's betas, eps, weight decay win on resume
+        if changed and ctx.is_main:
+            say(f"note: optimizer settings from the config replace the checkpoint's ({'; '.join(changed)})")
+
+    # --- data: the loader starts at the state's position; starting it draws from the global RNG, so the RNG is
+    #     seeded (fresh) or restored (resume) only afterwards
+    loader = make_loader(
+        _micro_batches(cfg, tokenizer, vocab, layout, state, fingerprint),
+        cfg.data.num_workers,
+        pin_memory=device.type == "cuda",
+    )
+    batches = raise_worker_errors(iter(loader))
+    if saved and ctx.rank < len(saved["rng"]):
+        ckpt.set_rng_state(saved["rng"][ctx.rank])  # each rank its own: dropout continues as if never stopped
+    else:  # a fresh run, or a rank the saved run did not have
+        torch.manual_seed(cfg.train.seed + ctx.rank)  # dropout differs across ranks, reproducibly
+    return Parts(
+        cfg,
+        ctx,
+        mlm,
+        model,
+        objective_of(cfg, vocab),
+        optimizer,
+        scaler,
+        precision,
+        tokenizer,
+        vocab,
+        layout,
+        state,
+        batches,
+        saved,
+    )
+
+
+def _micro_batches(
+    cfg: Config, tokenizer: Any, vocab: VocabInfo, layout: BatchLayout, state: TrainState, fingerprint: str
+) -> Any:
+    """The dataset of this rank's masked micro-batches: from the token store, or tokenized live."""
+    # the masked LM's sparse head takes its rows from the collator (model.py's MaskedLM.head_rows)
+    positions = cfg.train.objective == "mlm" and cfg.model.sparse_head
+    collator = MaskingCollator(vocab, cfg.masking, seed=cfg.train.seed, positions=positions)
+    if not cfg.data.use_store:
+        from mlmtrain.data.sources import corpus_splits
+
+        return LiveMicroBatches(
+            corpus_splits(cfg.data)[0],
+            cfg.tokenizer_dir,
+            collator,
+            layout,
+            cfg.data.seq_len,
+            cfg.train.seed,
+            cfg.data.shuffle_buffer,
+            cfg.data.num_workers,
+            start=state.micro_batches,
+        )
+    store = TokenStore(cfg.store_dir, "train")
+    if store.tokenizer_fingerprint != fingerprint:
+        raise UserError(
+            "data",
+            f"token store {cfg.store_dir} was encoded with another tokenizer than "
+            f"{cfg.tokenizer_dir}; run `mlmtrain tokenize` again",
+        )
+    if cfg.train.objective in PAIR_OBJECTIVES:  # sentence-pair blocks, drawn and masked by their own collator
+        from mlmtrain.model.pairs import pair_windows
+
+        blocks = pair_windows(cfg, store, tokenizer)
+        collator = blocks.collator(vocab, cfg.masking, cfg.train.seed)
+    else:
+        blocks = StoreBlocks(store, cfg.data.seq_len, cfg.data.packing, tokenizer.cls_token_id, tokenizer.sep_token_id)
+    return MicroBatches(blocks, collator, layout, cfg.train.seed, start=state.micro_batches)
+
+
+def budget_progress(cfg: Config, state: TrainState) -> float:
+    """Share of the budget used: the largest of steps, tokens, wall time and FLOPs (whichever are set)."""
+    t = cfg.train
+    parts = [0.0]
+    if t.max_steps:
+        parts.append(state.step / t.max_steps)
+    if t.max_tokens:
+        parts.append(state.tokens / t.max_tokens)
+    if t.max_time_seconds:
+        parts.append(state.elapsed_s / t.max_time_seconds)
+    if t.max_flops:
+        parts.append(state.flops / t.max_flops)
+    return max(parts)
+
+
+@dataclass
+class StepResult:
+    loss: float  # mean over every selected token of the global batch (nan when skipped)
+    lr: float
+    grad_norm: float
+    tokens: int  # tokens of the global batch
+    skipped: bool  # non-finite loss or gradients, or no selected token: no update was made
+    stop_requested: bool  # some rank was asked to stop (a signal): all ranks stop after this step
+    parts: dict[str, float]  # each loss part's mean when the objective has several (ELECTRA), else empty
+
+
+def train_step(
+    parts: Parts, micro: list[dict[str, torch.Tensor]], clock: Callable[[], float], stop: bool = False
+) -> StepResult:
+    """One optimizer step over this rank's micro-batches of the step; every rank calls it with its own share.
+
+    `clock()` is the run's elapsed seconds. Only rank 0's reading counts: under DDP it travels in the loss
+    all-reduce, so every rank sees the same elapsed time and so agrees on the budget and the learning rate.
+    """
+    cfg, ctx, state, objective = parts.cfg, parts.ctx, parts.state, parts.objective
+    # 1. Count the selected tokens (ELECTRA: and the scored ones) of the whole global batch (all ranks, all
+    #    micro-steps): each loss part is normalised by its count.
+    local = torch.tensor(
+        [
+            *(sum(counted) for counted in zip(*(objective.counts(b) for b in micro), strict=True)),
+            sum(_count_tokens(b) for b in micro),
+            float(stop),
+        ],
+        dtype=torch.float64,
+    )
+    *counts, tokens, stop_votes = all_reduce_sum(ctx, local).tolist()
+    selected = counts[0]
+    state.micro_batches += len(micro)
+
+    # 2. Forward/backward per micro-batch; DDP all-reduces gradients on the last one only.
+    loss_sums = torch.zeros(len(counts), dtype=torch.float64, device=ctx.device)
+    for i, batch in enumerate(micro):
+        batch = {k: v.to(ctx.device, non_blocking=True) for k, v in batch.items()}
+        last = i == len(micro) - 1
+        with nullcontext() if last or not ctx.distributed else parts.model.no_sync():
+            with parts.autocast():
+                sums = parts.model(**batch)
+            # sums over positions: dividing by the global counts gives the mean over every counted position;
+            # DDP averages gradients over ranks, so multiply back by the world size.
+            parts.scaler.scale(objective.loss(sums, counts) * ctx.world_size).backward()
+        loss_sums += sums.detach().double().reshape(-1)
+    # 3. Unscale (fp16), clip, and read the loss sums and the gradient norm in one copy: one wait for the device a
+    #    step. DDP averaged the gradients, so every rank has the same norm.
+    parts.scaler.unscale_(parts.optimizer)
+    clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+    grad_norm_on_device = torch.nn.utils.clip_grad_norm_(parts.mlm.parameters(), clip)
+    reduced, grad_norm, state.elapsed_s = _read_step(ctx, loss_sums, grad_norm_on_device, clock)
+    loss = float(objective.loss(reduced, counts))
+    loss_parts = objective.parts(reduced, counts)
+
+    # 4. A non-finite loss (or an empty selection) skips the step; all ranks agree: the loss was reduced over all.
+    #    So do non-finite gradients with a finite loss (seen from a bf16 attention backward on GPU): the update would
+    #    make every weight NaN. Under fp16 the scaler handles those itself: its step skips, its update lowers the
+    #    scale.
+    if not math.isfinite(loss) or selected == 0:
+        parts.scaler.update(parts.scaler.get_scale())  # forget this step's unscale; the scale stays as it was
+        return _skipped(parts, loss, float("nan"), int(tokens), stop_votes > 0, loss_parts)
+    if not math.isfinite(grad_norm) and not parts.scaler.is_enabled():
+        return _skipped(parts, loss, grad_norm, int(tokens), stop_votes > 0, loss_parts)
+    state.nonfinite_in_row = 0
+
+    # 5. Set the learning rate for this step, step.
+    if state.step == cfg.optim.warmup_steps:
+        state.warmup_end_progress = budget_progress(cfg, state)
+    lr = learning_rate(state.step, budget_progress(cfg, state), cfg.optim, state.warmup_end_progress)
+    set_learning_rate(parts.optimizer, lr)
+    parts.scaler.step(parts.optimizer)
+    parts.scaler.update()
+    parts.optimizer.zero_grad(set_to_none=True)
+    state.step += 1
+    state.tokens += int(tokens)
+    state.flops += int(tokens) * objective.flops_per_token
+    return StepResult(loss, lr, grad_norm, int(tokens), False, stop_votes > 0, loss_parts)
+
+
+def _read_step(
+    ctx: DistContext, loss_sums: torch.Tensor, grad_norm: torch.Tensor, clock: Callable[[], float]
+) -> tuple[torch.Tensor, float, float]:
+    """(the loss sums summed over ranks, the gradient norm, rank 0's clock) on the host, in one copy from the
+    device. Under DDP the clock travels in the sums' all-reduce; on one process it is read on the host and never
+    goes to the device."""
+    sums = len(loss_sums)
+    if ctx.distributed:
+        elapsed = torch.tensor([clock() if ctx.is_main else 0.0], dtype=torch.float64, device=ctx.device)
+        loss_sums = all_reduce_sum(ctx, torch.cat([loss_sums, elapsed]))
+    read = torch.cat([loss_sums, grad_norm.detach().double().reshape(1)]).cpu()
+    return read[:sums], float(read[-1]), float(read[sums]) if ctx.distributed else clock()
+
+
+def _skipped(
+    parts: Parts, loss: float, grad_norm: float, tokens: int, stop: bool, loss_parts: dict[str, float]
+) -> StepResult:
+    """A step that makes no update: its gradients dropped, counted as skipped (in a row and in all), no lr."""
+    parts.optimizer.zero_grad(set_to_none=True)
+    parts.state.nonfinite_in_row += 1
+    parts.state.nonfinite_total += 1
+    return StepResult(loss, float("nan"), grad_norm, tokens, True, stop, loss_parts)
+
+
+def _count_tokens(batch: dict[str, torch.Tensor]) -> int:
+    mask = batch.get("attention_mask")
+    return int(mask.sum()) if mask is not None else batch["input_ids"].numel()

@@ -1,0 +1,94 @@
+"""The command line: help for every command, the version, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+COMMANDS = [
+    ["tokenize"],
+    ["pretrain"],
+    ["eval-perplexity"],
+    ["fill-mask"],
+    ["mask-demo"],
+    ["report"],
+    ["push"],
+    ["config", "show"],
+    ["config", "fields"],
+]
+
+
+def mlmtrain(*args: str, cwd: Path | None = None, input: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mlmtrain", *args], capture_output=True, text=True, cwd=cwd, input=input, timeout=300
+    )
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
+@pytest.mark.oldpins
+def test_help_of_every_command(command: list[str]) -> None:
+    done = mlmtrain(*command, "--help")
+    assert done.returncode == 0, done.stderr
+    assert "Usage:" in done.stdout
+
+
+def test_every_option_is_documented() -> None:
+    import typer
+
+    from mlmtrain.cli.app import app
+
+    options = []
+
+    def walk(command) -> None:
+        for param in command.params:
+            if param.param_type_name == "option":
+                options.append(param)
+                assert param.help, f"{command.name} {param.opts} has no help"
+        for sub in getattr(command, "commands", {}).values():
+            walk(sub)
+
+    walk(typer.main.get_command(app))
+    assert len(options) > 20
+
+
+def test_version() -> None:
+    done = mlmtrain("--version")
+    assert done.returncode == 0
+    assert done.stdout.startswith("mlmtrain ")
+
+
+def test_bare_command_shows_help() -> None:
+    done = mlmtrain()
+    assert done.returncode == 0
+    assert "pretrain" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["config", "show", "--set", "optim.lr=-1"], "optim.lr must be > 0"),
+        (["config", "show", "--config", "missing.yaml"], "does not exist"),
+        (["pretrain", "--bogus"], "No such option"),
+        (["eval-perplexity"], "Missing option"),
+        (["tokenize", "--set", "data.train=/no/such/file.txt"], "/no/such/file.txt"),
+        (["config", "show", "--set", "data.train=&a [*a]"], "contains itself"),
+    ],
+)
+@pytest.mark.oldpins
+def test_user_errors_are_one_line_exit_2(args: list[str], needle: str, tmp_path: Path) -> None:
+    done = mlmtrain(*args, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("mlmtrain: ")
+    assert needle in lines[0]
+    assert "Traceback" not in done.stderr
+
+
+def test_config_show_prints_resolved_yaml() -> None:
+    done = mlmtrain("config", "show", "--set", "optim.lr=0.002")
+    assert done.returncode == 0
+    assert "lr: 0.002" in done.stdout

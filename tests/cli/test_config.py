@@ -1,0 +1,139 @@
+"""Config loading: defaults, overrides, every shipped config, and each kind of bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mlmtrain.config import Config, describe_fields, load_config
+from mlmtrain.errors import UserError
+
+CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.yaml"))
+
+
+def test_defaults_are_valid_and_documented() -> None:
+    cfg = load_config(None)
+    assert isinstance(cfg, Config)
+    rows = describe_fields()
+    assert len(rows) > 40
+    assert all(help_text.strip() for _, _, help_text in rows)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_every_shipped_config_loads(path: Path) -> None:
+    cfg = load_config(path)
+    assert cfg.model.hidden_size % cfg.model.num_heads == 0
+    assert cfg.train.run_dir.startswith("runs/")
+
+
+def test_shipped_sizes_match_turc_et_al() -> None:
+    sizes = {p.stem: load_config(p).model for p in CONFIGS}
+    expected = {
+        "tiny": (2, 128, 2),
+        "mini": (4, 256, 4),
+        "small": (4, 512, 8),
+        "medium": (8, 512, 8),
+        "base": (12, 768, 12),
+    }
+    for name, (layers, hidden, heads) in expected.items():
+        model = sizes[name]
+        assert (model.num_layers, model.hidden_size, model.num_heads) == (layers, hidden, heads)
+    assert "quickstart" in sizes
+
+
+def test_overrides_are_yaml_scalars(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("optim:\n  lr: 0.1\n")
+    cfg = load_config(path, ["optim.lr=1e-3", "train.max_time=10m", "data.validation=null", "masking.whole_word=true"])
+    assert cfg.optim.lr == pytest.approx(1e-3)
+    assert cfg.train.max_time_seconds == 600
+    assert cfg.data.validation is None
+    assert cfg.masking.whole_word is True
+
+
+def test_a_set_fills_a_section_left_empty_in_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("optim:\ntrain:\n  max_steps: 7\n")  # `optim:` alone loads as null: an empty section
+    cfg = load_config(path, ["optim.lr=2e-3"])
+    assert cfg.optim.lr == pytest.approx(2e-3) and cfg.train.max_steps == 7
+
+
+def test_list_sources_and_derived_paths() -> None:
+    cfg = load_config(None, ["data.train=[a.txt, b.txt]", "train.run_dir=runs/x"])
+    assert cfg.data.train == ["a.txt", "b.txt"]
+    assert cfg.tokenizer_dir == Path("runs/x/tokenizer")
+    assert cfg.store_dir == Path("runs/x/tokens")
+
+
+BAD = [
+    (["optim.lrr=1"], "did you mean 'optim.lr'"),
+    (["optimizer.lr=1"], "did you mean 'optim'"),
+    (["optim.lr=-1"], "optim.lr must be > 0"),
+    (["optim.lr=0"], "optim.lr must be > 0"),
+    (["masking.mlm_probability=1.5"], "masking.mlm_probability must be in (0, 1)"),
+    (["masking.mlm_probability=0"], "masking.mlm_probability must be in (0, 1)"),
+    (["masking.mask_replace=0.95"], "must be <= 1"),
+    (["model.num_heads=3"], "divisible by model.num_heads"),
+    (["data.seq_len=1024"], "model.max_position_embeddings"),
+    (["train.batch_size=abc"], "train.batch_size must be int"),
+    (["train.batch_size=1.5"], "train.batch_size must be int"),
+    (["model.sparse_head=maybe"], "model.sparse_head must be bool"),
+    (["optim.schedule=exponential"], "optim.schedule must be"),
+    (["optim.schedule=one-cycle", "optim.cycle_peak=1"], "optim.cycle_peak must be in (0, 1)"),
+    (["model.dropout=1.0"], "model.dropout must be in [0, 1)"),
+    (["model.dropout=0", "model.hidden_dropout=0.2"], "contradicts model.dropout"),
+    (["train.max_time=soon"], "train.max_time"),
+    (["train.device=tpu"], "train.device"),
+    (["train.max_steps=null"], "set at least one budget"),
+    (["nodot=1"], "section.key"),
+    (["optim.lr"], "section.key=value"),
+]
+
+
+@pytest.mark.parametrize("overrides,needle", BAD, ids=[b[0][0] for b in BAD])
+def test_bad_values_name_the_key(overrides: list[str], needle: str) -> None:
+    with pytest.raises(UserError) as info:
+        load_config(None, overrides)
+    assert needle in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_file() -> None:
+    with pytest.raises(UserError, match="does not exist"):
+        load_config("no/such/config.yaml")
+
+
+def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("data:\n  seq_len: 128\noptim:\n  lr: [1, 2\n")
+    with pytest.raises(UserError) as info:
+        load_config(path)
+    assert "malformed YAML at line" in str(info.value)
+
+
+def test_section_must_be_a_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("optim: 3\n")
+    with pytest.raises(UserError, match="section 'optim' must be a mapping"):
+        load_config(path)
+
+
+def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("- 1\n- 2\n")
+    with pytest.raises(UserError, match="must hold a mapping"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    "text", ["data: &a [*a]\n", "data:\n  train: &a\n    x: *a\n"], ids=["list-in-itself", "mapping-in-itself"]
+)
+def test_a_recursive_alias_is_refused(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "rec.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=r"contains itself.*alias.*line \d") as info:
+        load_config(path)
+    assert str(path) in str(info.value) and "data" in str(info.value)
+    with pytest.raises(UserError, match="--set data.train: .*contains itself"):
+        load_config(None, ["data.train=&a [*a]"])

@@ -1,0 +1,1 @@
+"""Tests of mlmtrain.data: sources, tokenizer, token store, blocks, masking."""

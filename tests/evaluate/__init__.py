@@ -1,0 +1,1 @@
+"""Tests of mlmtrain.evaluate: perplexity and the probe."""

@@ -1,0 +1,1 @@
+"""Tests of mlmtrain.report: pages from real runs, the health checks."""

@@ -1,0 +1,1 @@
+"""Tests of scripts/: each script's quick mode on the CPU."""

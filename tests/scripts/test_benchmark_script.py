@@ -1,0 +1,336 @@
+"""scripts/benchmark.py (its modules in scripts/bench/): its timing and time-to-target arithmetic, and a smoke run
+of the script itself (and of scripts/benchmark_gpu.sh) on the built-in corpus. The figures of a smoke run mean
+nothing; their shape does."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from bench.args import check_args, parse_args
+from bench.contestants import training_clock
+from bench.report import command_line, markdown
+from bench.setup import BenchmarkError
+from bench.stats import mean_interval, steady_tokens_per_s, time_to_target
+from bench.verdicts import Verdict
+
+from mlmtrain.train.precision import cpu_bf16_support, resolve_precision
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "benchmark.py"
+HAS_AVX512_BF16_ONLY = cpu_bf16_support() == "avx512"  # no AMX: the precision section tries bf16-head
+
+
+def test_steady_rate_counts_from_the_end_of_warm_up() -> None:
+    # steps of 100 tokens; the first (warm-up) step is slow, then one step per 0.5 s
+    points = [(100, 5.0), (200, 5.5), (300, 6.0), (400, 6.5)]
+    assert steady_tokens_per_s(points, warmup_steps=1) == pytest.approx(300 / 1.5)
+    with pytest.raises(BenchmarkError):
+        steady_tokens_per_s(points, warmup_steps=4)
+
+
+def test_time_to_target_interpolates_between_evaluations() -> None:
+    evals = [{"train_seconds": 10.0, "eval_ppl": 100.0}, {"train_seconds": 20.0, "eval_ppl": 50.0}]
+    assert time_to_target(evals, 75.0) == pytest.approx(15.0)
+    assert time_to_target(evals, 200.0) == 10.0  # reached at the first evaluation: its time
+    assert time_to_target(evals, 10.0) is None
+
+
+def test_our_evaluations_leave_evaluation_time_out_of_the_clock() -> None:
+    train = [{"step": s, "elapsed_s": float(s)} for s in range(1, 5)]
+    evals = [
+        {"step": 2, "eval_loss": 5.0, "eval_ppl": 148.4, "eval_seconds": 0.5},
+        {"step": 4, "eval_loss": 4.0, "eval_ppl": 54.6, "eval_seconds": 0.5},
+    ]
+    clock = training_clock(train, evals)
+    assert [point["train_seconds"] for point in clock] == [2.0, 3.5]
+
+
+def test_the_report_states_when_what_and_where_it_measured() -> None:
+    """The Markdown stands alone as a measurement file: date, commit, exact command, machine and software."""
+    versions = {"torch": "2.13.0", "transformers": "5.24.0", "tokenizers": "0.23.3", "datasets": None}
+    machine = {"cpu": "Some CPU", "cpu_count": 2, "memory_gib": 24.0, "torch_threads": 2, "platform": "Linux-6"}
+    settings = {"size": "tiny", "seq_len": 32, "batch": 8, "precision": "auto (fp32)", "device": "cpu", "steps": 8}
+    settings |= {"warmup_steps": 3, "rounds": 1, "vocab_size": 2000, "train_text": "train.txt", "set": []}
+    results = {
+        "created": "2026-12-02T06:00:00+0000",
+        "source": {"commit": "a" * 40, "uncommitted_changes": True},
+        "command": "python scripts/benchmark.py --quick",
+        "machine": machine | {"python": "3.11.7", "versions": versions},
+        "settings": settings,
+        "verdicts": [Verdict("ours / bare-step limit", 0.97, ">=", 0.95)],
+    }
+    text = markdown(results)
+    assert "- date: 2026-12-02T06:00:00+0000" in text
+    assert f"- commit: `{'a' * 40}`, with uncommitted changes" in text
+    assert "- command (from the repository root): `python scripts/benchmark.py --quick`" in text
+    assert "- machine: Some CPU (2 cores, 24 GiB, 2 torch threads); Linux-6" in text
+    assert "- software: Python 3.11.7, torch 2.13.0, transformers 5.24.0, tokenizers 0.23.3\n" in text
+    assert "| ours / bare-step limit | 0.970 | >= 0.95 | PASS |" in text
+    results["source"] = {"commit": None, "uncommitted_changes": None}
+    assert "- commit: unknown (not a git checkout)\n" in markdown(results)
+
+
+def test_the_command_line_is_the_one_to_type_in_the_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    line = command_line([str(SCRIPT), "--quick", "--set", "train.compile=true", "--train", "my text.txt"])
+    assert (
+        line == "OMP_NUM_THREADS=1 python scripts/benchmark.py --quick --set train.compile=true --train 'my text.txt'"
+    )
+
+
+def test_an_existing_report_file_is_refused_before_the_run(tmp_path: Path) -> None:
+    kept = tmp_path / "kept.md"
+    kept.write_text("a measurement\n")
+    dangling = tmp_path / "dangling.md"
+    dangling.symlink_to(tmp_path / "nowhere.md")
+    for path in (kept, dangling):
+        with pytest.raises(BenchmarkError, match="exists; give a new file name"):
+            check_args(parse_args(["--quick", "--sections", "limit", "--report-md", str(path)]))
+    assert kept.read_text() == "a measurement\n"
+    assert check_args(parse_args(["--quick", "--sections", "limit", "--report-md", str(tmp_path / "new.md")]))
+
+
+def test_a_missing_hf_package_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "datasets" else real(name, *a))
+    with pytest.raises(BenchmarkError, match="needs datasets"):
+        check_args(parse_args(["--quick", "--sections", "throughput"]))
+    assert check_args(parse_args(["--quick", "--sections", "limit"])) == {"limit"}
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def _report(out: Path) -> dict:
+    (json_path,) = out.glob("benchmark-*.json")
+    assert json_path.with_suffix(".md").is_file()
+    return json.loads(json_path.read_text())
+
+
+@pytest.mark.slow
+def test_quick_throughput_and_limit(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    common = ["--quick", "--train", "builtin:python-docs", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    _run([sys.executable, str(SCRIPT), *common, "--sections", "throughput,limit", "--rounds", "1"])
+    report = _report(out)
+    rounds = report["rounds"]
+    for name in ("ours", "hf", "bare"):
+        assert len(rounds[name]["values"]) == 1
+        assert rounds[name]["median"] > 0
+        assert rounds[name]["peak_rss_mb"] > 0
+        assert rounds["mfu"][name] > 0
+    assert rounds["ratio"] > 0 and rounds["ours_over_limit"] > 0
+    assert rounds["mfu"]["flops_per_token"] > 0
+    assert "mlmtrain pretrain" in rounds["ours"]["command"]
+    assert report["settings"]["size"] == "tiny" and report["settings"]["device"] == "cpu"
+    assert [v["figure"] for v in report["verdicts"]] == ["throughput: ours / HF recipe", "ours / bare-step limit"]
+
+
+@pytest.mark.slow
+def test_gpu_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    work = ["--work-dir", str(tmp_path / "work"), "--out", str(out), "--train", "builtin:python-docs"]
+    # the limit section alone keeps this short: ours and the bare step, one round
+    report_md = tmp_path / "docs" / "limit.md"  # a measurement file where the user asks, its folder made
+    limit = ["--sections", "limit", "--rounds", "1", "--report-md", str(report_md)]
+    _run(["bash", str(REPO / "scripts" / "benchmark_gpu.sh"), "--quick", *work, *limit])
+    report = _report(out)
+    rounds = report["rounds"]
+    assert rounds["ours_over_limit"] > 0 and "hf" not in rounds
+    (results_md,) = out.glob("benchmark-*.md")
+    assert report_md.read_text() == results_md.read_text()
+    assert report["command"].startswith("OMP_NUM_THREADS=1 ")  # the thread setting it ran with, then the command
+    assert " python scripts/benchmark.py --sections throughput,limit --quick " in report["command"]
+    assert report["command"].endswith(shlex.join(limit))  # the exact command, the script's defaults included
+    commit = report["source"]["commit"]
+    assert commit is None or len(commit) == 40
+    assert f"- commit: `{commit}`" in report_md.read_text() if commit else "- commit: unknown" in report_md.read_text()
+
+
+def test_profile_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
+    out = tmp_path / "profile"
+    script = REPO / "scripts" / "profile_step.py"
+    done = _run([sys.executable, str(script), "--quick", "--work-dir", str(tmp_path / "work"), "--out", str(out)])
+    assert "tokens/s" in done.stdout and "Optimizer.step" in done.stdout  # the step line and the operator table
+    assert json.loads((out / "trace.json").read_text())["traceEvents"]
+
+
+def _profile_variants(tmp_path: Path, *variants: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """profile_step.py --quick with each of `variants` as a --variant: its run and the rows of variants.json."""
+    out = tmp_path / "profile"
+    script = REPO / "scripts" / "profile_step.py"
+    work = ["--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    flags = [flag for variant in variants for flag in ("--variant", variant)]
+    done = _run([sys.executable, str(script), "--quick", *work, *flags, "--top", "2"])
+    return done, json.loads((out / "variants.json").read_text())
+
+
+def test_profile_script_compares_variants_in_one_process(tmp_path: Path) -> None:
+    done, rows = _profile_variants(tmp_path, "", "model.dropout=0,train.batch_size=4")
+    assert [row["settings"] for row in rows] == ["no --set", "model.dropout=0, train.batch_size=4"]
+    # batch 8 then 4 sequences of 32 tokens: each row's tokens/s is its own batch over its own step time
+    assert [round(row["tokens_per_s"] * row["step_ms"] / 1e3) for row in rows] == [8 * 32, 4 * 32]
+    assert "| model.dropout=0, train.batch_size=4 |" in done.stdout
+
+
+def test_profile_script_pins_the_attention_kernel_and_reports_it(tmp_path: Path) -> None:
+    """sdpa=BACKEND runs the variant's steps with that attention kernel, and each row names the kernel that ran."""
+    done, (math, flash) = _profile_variants(tmp_path, "sdpa=math", "sdpa=flash")
+    assert (math["settings"], flash["settings"]) == ("sdpa=math", "sdpa=flash")
+    assert any("math" in op for op in math["attention_ops"]), math["attention_ops"]
+    assert not any("flash" in op for op in math["attention_ops"]), math["attention_ops"]
+    assert any("flash" in op for op in flash["attention_ops"]), flash["attention_ops"]
+    assert "| sdpa=math |" in done.stdout and done.stdout.rstrip().endswith("| flash |")
+
+
+@pytest.mark.slow
+def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
+    """The issue-14 sections in one quick run: the race against the HF recipe given our schedule, bf16 against
+    fp32, and the recipes at equal wall time, each final model probed on the labeled task where there is one."""
+    out = tmp_path / "results"
+    common = ["--quick", "--train", "builtin:python-docs", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    task_here = Path(bench_task()).is_dir()
+    task = ["--task", bench_task()] if task_here else []
+    sections = ["--sections", "tuned,precision,recipes", "--quality-budget", "6"]
+    _run([sys.executable, str(SCRIPT), *common, *task, *sections])
+    report = _report(out)
+    tuned = report["tuned"]
+    assert tuned["ours"]["evals"] and tuned["hf"]["evals"]
+    assert tuned["target_ppl"] == min(point["eval_ppl"] for point in tuned["hf"]["evals"])
+    assert tuned["hf"]["seconds_to_target"] is not None
+    precision = report["precision"]
+    assert precision["other"] in ("bf16", "bf16-head")  # bf16-head on a CPU with AVX512-BF16 and no AMX
+    assert precision["auto"] == resolve_precision("auto", torch.device("cpu")).name  # whose choice it checks
+    assert (precision["other"] == "bf16-head") == (precision["auto"] == "bf16-head" or HAS_AVX512_BF16_ONLY)
+    assert set(precision["tokens_per_s"]) == {"fp32", precision["other"]} and precision["speedup"] > 0
+    assert precision["same_step"]["step"] == precision["steps"]  # the last step, evaluated on both
+    assert precision["same_step"]["bf16_ppl"] != precision["same_step"]["fp32_ppl"]  # two real runs
+    recipes = report["recipes"]
+    assert set(recipes["rows"]) == {"classic", "fast", "hf"}
+    assert all(row["eval_ppl"] > 1 and row["steps"] > 0 for row in recipes["rows"].values())
+    assert recipes["fast_recipe"]["model.dropout"] == 0.0
+    assert (tmp_path / "work" / "runs" / "recipes-hf" / "checkpoints" / "final" / "config.json").is_file()
+    for row in recipes["rows"].values():
+        assert (row["probe"] is not None) == task_here
+        assert row["probe"] is None or 0.0 <= row["probe"]["mean"] <= 1.0
+    figures = [v["figure"] for v in report["verdicts"]]
+    assert figures == [
+        "time to the tuned HF recipe's ppl: ours / HF",
+        "bf16 vs fp32 ppl at the same step: |ratio - 1|",
+        f"{precision['other']} / fp32 tokens/s (auto picks {precision['auto']})",
+    ]
+    speed = report["verdicts"][-1]  # fp32 chosen: right when the other was slower; bf16 chosen: when it was faster
+    assert speed["comparison"] == ("<=" if precision["auto"] == "fp32" else ">=")
+    markdown = (out / next(out.glob("benchmark-*.md")).name).read_text()
+    assert "Recipes at equal wall time" in markdown and f"{precision['other']} against fp32" in markdown
+
+
+def test_mean_interval_over_seeds_uses_students_t() -> None:
+    summary = mean_interval([0.5, 0.6, 0.7])
+    assert summary["mean"] == pytest.approx(0.6)
+    half = 4.303 * 0.1 / 3**0.5  # t(0.975, 2 df) x sd / sqrt(n)
+    assert summary["ci95"] == pytest.approx([0.6 - half, 0.6 + half])
+    assert summary["half_width"] == pytest.approx(half)
+    assert mean_interval([0.5])["ci95"] is None
+
+
+def test_the_electra_section_is_on_request_and_checks_its_task(tmp_path: Path) -> None:
+    assert "electra" not in parse_args(["--quick"]).sections.split(",")
+    with pytest.raises(BenchmarkError, match="electra needs a labeled task folder: pass --task"):
+        check_args(parse_args(["--quick", "--sections", "electra"]))
+    with pytest.raises(BenchmarkError, match="is not a folder"):  # any section: a mistyped task is refused
+        check_args(parse_args(["--quick", "--sections", "recipes", "--task", str(tmp_path / "no")]))
+
+
+@pytest.mark.slow
+def test_quick_electra_comparison(tmp_path: Path) -> None:
+    task = _tiny_task(tmp_path / "task")
+    out = tmp_path / "results"
+    common = ["--quick", "--train", "builtin:python-docs", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    _run([sys.executable, str(SCRIPT), *common, "--sections", "electra", "--task", str(task)])
+    report = _report(out)
+    rows = report["electra"]["rows"]
+    for name in ("untrained", "ours", "electra"):
+        assert len(rows[name]["values"]) == 2 and 0.0 <= rows[name]["mean"] <= 1.0
+    for name, objective in (("ours", "mlm"), ("electra", "electra")):
+        assert rows[name]["tokens_per_s"] > 0 and rows[name]["steps"] > 0
+        assert f"train.objective={objective}" in rows[name]["command"]
+    assert "mlmtrain probe" in report["electra"]["probe_command"]
+    # ELECTRA replaces the paper's 15 % of the tokens; MLM keeps the shipped recipe's rate
+    assert report["electra"]["electra_recipe"] == {"masking.mlm_probability": 0.15}
+    assert "masking.mlm_probability=0.15" in rows["electra"]["command"]
+    assert "masking.mlm_probability" not in rows["ours"]["command"]
+    assert [v["figure"] for v in report["verdicts"]] == ["electra - mlm test accuracy, equal time"]
+
+
+def _tiny_task(folder: Path) -> Path:
+    """Two classes that the words tell apart, a few dozen examples a split."""
+    import random
+
+    rng = random.Random(0)
+    for split, count in (("train", 80), ("valid", 24), ("test", 24)):
+        rows = []
+        for i in range(count):
+            words = ["function", "module", "class"] if i % 2 else ["string", "format", "print"]
+            text = " ".join(rng.choice(words + ["the", "a", "of"]) for _ in range(12))
+            rows.append(json.dumps({"text": text, "label": "code" if i % 2 else "text"}) + "\n")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{split}.jsonl").write_text("".join(rows))
+    return folder
+
+
+@pytest.mark.slow
+def test_quick_downstream(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    task = _tiny_task(tmp_path / "task")
+    common = ["--quick", "--train", "builtin:python-docs", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    _run([sys.executable, str(SCRIPT), *common, "--sections", "downstream,electra", "--task", str(task)])
+    report = _report(out)
+    downstream = report["downstream"]
+    # after the downstream section, the electra section adds ELECTRA only: MLM and untrained are the same runs
+    electra = report["electra"]["rows"]
+    assert electra["ours"]["values"] == downstream["ours"]["score"]["values"]
+    assert electra["untrained"]["values"] == downstream["untrained"]["score"]["values"]
+    assert len(electra["electra"]["values"]) == 2 and electra["electra"]["steps"] > 0
+    assert not (tmp_path / "work" / "runs" / "objective-mlm").exists()  # reused, not pretrained again
+    for name in ("ours", "hf", "untrained"):
+        score = downstream[name]["score"]
+        assert len(score["values"]) == 2 and 0 <= score["mean"] <= 1 and score["half_width"] >= 0
+    assert downstream["ours"]["pretrain_steps"] > 0 and downstream["hf"]["pretrain_steps"] > 0
+    assert "mlmtrain probe" in downstream["probe_command"]
+    assert [v["figure"] for v in report["verdicts"]] == [
+        "electra - mlm test accuracy, equal time",
+        "downstream: ours - untrained, beyond both intervals",
+        "downstream: ours / HF recipe at equal time",
+    ]
+    assert "## Downstream" in (out / Path(next(out.glob("*.md"))).name).read_text()
+
+
+def test_downstream_runs_only_when_asked_with_its_own_size_and_vocabulary() -> None:
+    assert "downstream" not in parse_args([]).sections
+    alone = parse_args(["--sections", "downstream"])
+    assert (alone.size, alone.vocab_size, alone.downstream_budget, alone.seeds) == ("tiny", 8000, 900, 3)
+    assert (alone.probe_train_examples, alone.probe_max_length) == (0, 64)  # all examples, a summary's opening
+    assert parse_args(["--sections", "downstream,electra"]).vocab_size == 8000
+    shared = parse_args(["--sections", "downstream,limit"])  # the other sections' values hold
+    assert (shared.size, shared.vocab_size, shared.downstream_budget) == ("mini", 30522, 600)
+    assert parse_args(["--sections", "downstream", "--size", "mini"]).size == "mini"  # an explicit one wins
+    assert not Verdict("beyond the intervals", 0.0, ">", 0.0).passed  # a tie is not a win
+
+
+def bench_task() -> str:
+    """The labeled task the tests give the benchmark (in ../shared beside the checkout, where CI keeps it)."""
+    return str(REPO.parent / "shared" / "tasks" / "wikipedia-vital-topics")
