@@ -22,7 +22,8 @@ from mlmtrain.data.masking import (
 from mlmtrain.model.bert import MaskedLM, build_model, use_training_attention
 from mlmtrain.runtime.distributed import init_distributed
 from mlmtrain.train.step import build_parts, train_step
-from tests.test_model import tiny_config as model_config
+
+from ..model.test_model import tiny_config as model_config
 
 VOCAB = 100
 TRANSFORMERS_4 = int(transformers.__version__.split(".")[0]) < 5
