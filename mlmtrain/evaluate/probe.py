@@ -53,6 +53,16 @@ def wilson_interval(correct: int, total: int) -> tuple[float, float]:
     return (centre - half, centre + half)
 
 
+def wilson_interval(correct: int, total: int) -> tuple[float, float]:
+    """95 % Wilson score interval of a proportion (sound near 0 and 1, unlike the normal approximation)."""
+    if total == 0:
+        return (float("nan"), float("nan"))
+    z, p = 1.96, correct / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return (centre - half, centre + half)
+
+
 def classification_scores(predicted: torch.Tensor, gold: torch.Tensor, majority: int) -> dict[str, Any]:
     """Accuracy with its 95 % interval, macro-F1 (over the classes in gold or predicted, as scikit-learn does) and
     the accuracy of always answering the training set's most frequent class."""
