@@ -21,16 +21,15 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
-from mlmtrain.config import OptimConfig
+from mlmtrain.config import OptimConfig, ProbeConfig
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.evaluate.perplexity import check_checkpoint_folder
+from mlmtrain.evaluate.probe_settings import ProbeSettings
 from mlmtrain.evaluate.tasks import Split, Task, TaskFields, load_task
 from mlmtrain.model.context import quiet_transformers
 from mlmtrain.model.optim import build_optimizer, learning_rate, set_learning_rate
 from mlmtrain.runtime.progress import progress_bar
 
-MODES = ("finetune", "linear")
-POOLINGS = ("mean", "cls")
 # Linear probe: the L2 penalty is chosen on valid from these, strongest first, each fit starting from the previous
 # one's weights (a weak penalty alone takes L-BFGS many more iterations).
 _L2_GRID = (1.0, 1e-1, 1e-2, 1e-3)
@@ -247,23 +246,6 @@ def classifier_from(mlm: Any, task: Task) -> Any:
 
 # ---------------------------------------------------------------------------------------------
 # Fine-tuning and the linear probe
-
-
-@dataclass
-class ProbeSettings:
-    mode: str = "finetune"
-    epochs: int = 3
-    lr: float = 1e-4
-    batch_size: int = 32
-    max_length: int = 128
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    seed: int = 0
-    pooling: str = "mean"
-    max_train_examples: Optional[int] = None
-    max_eval_examples: Optional[int] = None
-    progress: bool = False
-    lr_key: str = "--lr"  # what sets `lr`, named when fine-tuning diverges: the option, or probe.lr for the live probe
 
 
 @dataclass
@@ -537,7 +519,7 @@ def metric_record(result: ProbeResult, prefix: str = "probe") -> dict[str, float
     return {**record, f"{prefix}_seconds": round(result.seconds, 3)}
 
 
-def live_task(cfg: Any) -> Optional[Task]:
+def live_task(cfg: ProbeConfig) -> Optional[Task]:
     """The `probe:` section's task, read and checked (None without one): called before a run writes anything."""
     if not cfg.task:
         return None
@@ -548,20 +530,9 @@ class LiveProbe:
     """The probe the training loop runs on rank 0: the task (from `live_task`) tokenized once, then `run(mlm)` on
     the live weights, leaving the run's random state and the model's train/eval mode as it found them."""
 
-    def __init__(self, cfg: Any, task: Task, tokenizer: Any, device: torch.device, seed: int) -> None:
+    def __init__(self, cfg: ProbeConfig, task: Task, tokenizer: Any, device: torch.device, seed: int) -> None:
         self.cfg, self.device, self.probed_step = cfg, device, -1
-        self.settings = ProbeSettings(
-            mode=cfg.mode,
-            epochs=cfg.epochs,
-            lr=cfg.lr,
-            batch_size=cfg.batch_size,
-            max_length=cfg.max_length,
-            seed=seed,
-            pooling=cfg.pooling,
-            max_train_examples=cfg.max_train_examples,
-            max_eval_examples=cfg.max_eval_examples,
-            lr_key="probe.lr",
-        )
+        self.settings = ProbeSettings.from_section(cfg, seed)
         self.prepared = PreparedTask.build(task, tokenizer, self.settings)
 
     def when_due(self, mlm: Any, step: int, evaluated: bool, final: bool = False) -> Optional[ProbeResult]:
