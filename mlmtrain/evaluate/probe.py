@@ -25,6 +25,7 @@ from mlmtrain.config import OptimConfig, ProbeConfig
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.evaluate.perplexity import check_checkpoint_folder
 from mlmtrain.evaluate.probe_settings import ProbeSettings
+from mlmtrain.evaluate.stats import pearson_interval, wilson_interval
 from mlmtrain.evaluate.tasks import Split, Task, TaskFields, load_task
 from mlmtrain.model.context import quiet_transformers
 from mlmtrain.model.optim import build_optimizer, learning_rate, set_learning_rate
@@ -40,16 +41,6 @@ _LOGIT_CHUNK = 1 << 20  # logits of the linear probe computed at once (8 MB in f
 
 # ---------------------------------------------------------------------------------------------
 # Scores
-
-
-def wilson_interval(correct: int, total: int) -> tuple[float, float]:
-    """95 % Wilson score interval of a proportion (sound near 0 and 1, unlike the normal approximation)."""
-    if total == 0:
-        return (float("nan"), float("nan"))
-    z, p = 1.96, correct / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return (centre - half, centre + half)
 
 
 def classification_scores(predicted: torch.Tensor, gold: torch.Tensor, majority: int) -> dict[str, Any]:
@@ -93,13 +84,8 @@ def _pearson(x: torch.Tensor, y: torch.Tensor) -> float:
 
 def regression_scores(predicted: torch.Tensor, gold: torch.Tensor) -> dict[str, Any]:
     """Pearson's r with its 95 % interval (Fisher z) and Spearman's rho."""
-    pearson = _pearson(predicted, gold)
-    n = len(gold)
-    if n > 3 and math.isfinite(pearson) and abs(pearson) < 1:
-        z, half = math.atanh(pearson), 1.96 / math.sqrt(n - 3)
-        interval = [math.tanh(z - half), math.tanh(z + half)]
-    else:
-        interval = [float("nan"), float("nan")]
+    pearson, n = _pearson(predicted, gold), len(gold)
+    interval = list(pearson_interval(pearson, n))
     return {"pearson": pearson, "spearman": _pearson(_ranks(predicted), _ranks(gold)), "ci95": interval, "examples": n}
 
 
