@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from mlmtrain.config import Config, load_config
+from mlmtrain.evaluate.probe_settings import ProbeSettings
 
 __all__ = ["load_config", "tokenize", "pretrain", "evaluate_perplexity", "fill_mask", "probe", "write_report"]
 
@@ -84,7 +85,7 @@ def probe(
     train: Optional[str] = None,
     valid: Optional[str] = None,
     test: Optional[str] = None,
-    mode: str = "finetune",
+    mode: str = ProbeSettings.mode,
     text_field: str = "text",
     pair_field: Optional[str] = None,
     label_field: str = "label",
@@ -102,7 +103,6 @@ def probe(
 
     from mlmtrain.cli.probe_command import run_probe_command
     from mlmtrain.errors import UserError
-    from mlmtrain.evaluate.probe import ProbeSettings
 
     known = {f.name for f in dataclasses.fields(ProbeSettings)} - {"mode", "progress"}
     unknown = sorted(set(settings) - known)
@@ -114,11 +114,10 @@ def probe(
         train=train,
         valid=valid,
         test=test,
-        mode=mode,
         text_field=text_field,
         pair_field=pair_field,
         label_field=label_field,
-        settings=ProbeSettings(**settings),
+        settings=ProbeSettings(mode=mode, **settings),
         baseline=baseline,
         save=Path(save) if save is not None else None,
         device=device,

@@ -448,6 +448,9 @@ class ReportConfig:
 
 @dataclass
 class ProbeConfig:
+    """The live probe: its settings are these keys (`ProbeSettings.from_section`), whose defaults (linear, one epoch,
+    capped examples) keep probing cheap during pretraining; the `mlmtrain probe` command's are ProbeSettings'."""
+
     task: Union[str, None] = _f(
         None,
         "labeled task probed during pretraining (rank 0): a folder of train/valid/test .jsonl/.csv/.parquet files "

@@ -16,6 +16,7 @@ import typer
 
 from mlmtrain import __version__
 from mlmtrain.errors import UserError, interrupt_on_sigterm
+from mlmtrain.evaluate.probe_settings import ProbeSettings
 
 app = typer.Typer(
     help="Pretrain small BERT encoders with masked language modeling, from a YAML config.",
@@ -222,7 +223,7 @@ def probe(
     train: Optional[str] = typer.Option(None, "--train", help="Training examples file (overrides the task folder's)."),
     valid: Optional[str] = typer.Option(None, "--valid", help="Validation file; default: 10% of train held out."),
     test: Optional[str] = typer.Option(None, "--test", help="Test file (overrides the task folder's)."),
-    mode: str = typer.Option("finetune", "--mode", help="finetune, or linear (a probe on frozen features)."),
+    mode: str = typer.Option(ProbeSettings.mode, "--mode", help="finetune, or linear (a probe on frozen features)."),
     text_field: str = typer.Option("text", "--text-field", help="Field holding the text."),
     pair_field: Optional[str] = typer.Option(
         None, "--pair-field", help="Field of a pair's second text (text_a/text_b are found on their own)."
@@ -230,22 +231,32 @@ def probe(
     label_field: str = typer.Option(
         "label", "--label-field", help="Field of the label: int/str classes, float: regression."
     ),
-    epochs: int = typer.Option(3, "--epochs", help="Fine-tuning epochs (the best on valid is scored on test)."),
+    epochs: int = typer.Option(
+        ProbeSettings.epochs, "--epochs", help="Fine-tuning epochs (the best on valid is scored on test)."
+    ),
     lr: float = typer.Option(
-        1e-4,
+        ProbeSettings.lr,
         "--lr",
         help="Fine-tuning peak learning rate (10% warm-up, linear decay); small models want more, e.g. 3e-4.",
     ),
-    batch_size: int = typer.Option(32, "--batch-size", help="Examples per batch."),
-    max_length: int = typer.Option(128, "--max-length", help="Tokens per example; longer ones are cut."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the new head, dropout and batch order."),
+    batch_size: int = typer.Option(ProbeSettings.batch_size, "--batch-size", help="Examples per batch."),
+    max_length: int = typer.Option(
+        ProbeSettings.max_length, "--max-length", help="Tokens per example; longer ones are cut."
+    ),
+    seed: int = typer.Option(ProbeSettings.seed, "--seed", help="Seed of the new head, dropout and batch order."),
     max_train_examples: Optional[int] = typer.Option(
-        None, "--max-train-examples", help="Use this many train examples (a fixed sample): for quick looks."
+        ProbeSettings.max_train_examples,
+        "--max-train-examples",
+        help="Use this many train examples (a fixed sample): for quick looks.",
     ),
     max_eval_examples: Optional[int] = typer.Option(
-        None, "--max-eval-examples", help="Use this many valid and test examples (a fixed sample)."
+        ProbeSettings.max_eval_examples,
+        "--max-eval-examples",
+        help="Use this many valid and test examples (a fixed sample).",
     ),
-    pooling: str = typer.Option("mean", "--pooling", help="Linear mode: mean (over real tokens) or cls."),
+    pooling: str = typer.Option(
+        ProbeSettings.pooling, "--pooling", help="Linear mode: mean (over real tokens) or cls."
+    ),
     baseline: bool = typer.Option(
         False, "--baseline", help="Also score the same architecture untrained (random init), same settings."
     ),
@@ -255,9 +266,9 @@ def probe(
 ) -> None:
     """Judge an encoder by a labeled task: fine-tune it (or fit a linear probe) and score the test split."""
     from mlmtrain.cli.probe_command import run_probe_command
-    from mlmtrain.evaluate.probe import ProbeSettings
 
     settings = ProbeSettings(
+        mode=mode,
         epochs=epochs,
         lr=lr,
         batch_size=batch_size,
@@ -274,7 +285,6 @@ def probe(
         train=train,
         valid=valid,
         test=test,
-        mode=mode,
         text_field=text_field,
         pair_field=pair_field,
         label_field=label_field,

@@ -15,14 +15,8 @@ from mlmtrain.config import LARGEST_INT
 from mlmtrain.data.tokenizer import save_tokenizer_files
 from mlmtrain.errors import UserError, interrupt_on_sigterm
 from mlmtrain.evaluate.perplexity import check_tokenizer_fits
-from mlmtrain.evaluate.probe import (
-    MODES,
-    POOLINGS,
-    PreparedTask,
-    ProbeSettings,
-    encoder_config,
-    probe_encoder,
-)
+from mlmtrain.evaluate.probe import PreparedTask, encoder_config, probe_encoder
+from mlmtrain.evaluate.probe_settings import MODES, POOLINGS, ProbeSettings
 from mlmtrain.evaluate.tasks import TaskFields, load_task
 from mlmtrain.runtime.files import check_writable_folder, write_failure
 
@@ -69,7 +63,6 @@ def run_probe_command(
     train: Optional[str],
     valid: Optional[str],
     test: Optional[str],
-    mode: str,
     text_field: str,
     pair_field: Optional[str],
     label_field: str,
@@ -83,8 +76,8 @@ def run_probe_command(
     """Score `model` on the task; returns (and, with `show`, prints) the report."""
     from mlmtrain.data.tokenizer import load_tokenizer
 
-    if mode not in MODES:
-        raise UserError("argument", f"--mode must be {' or '.join(MODES)} (got {mode!r})")
+    if settings.mode not in MODES:
+        raise UserError("argument", f"--mode must be {' or '.join(MODES)} (got {settings.mode!r})")
     if settings.pooling not in POOLINGS:
         raise UserError("argument", f"--pooling must be {' or '.join(POOLINGS)} (got {settings.pooling!r})")
     if task is None and (train is None or test is None):
@@ -102,8 +95,7 @@ def run_probe_command(
         raise UserError("argument", f"--max-length must be >= 8 (got {settings.max_length})")
     if not 0 <= settings.seed <= LARGEST_INT:  # torch's seeds are 64-bit
         raise UserError("argument", f"--seed must lie in [0, {LARGEST_INT}] (got {settings.seed})")
-    settings.mode = mode
-    _check_save(save, mode)
+    _check_save(save, settings.mode)
     torch_device = _device(device)
     config = encoder_config(model)  # before the task is read: a mistyped --model fails at once
     positions = getattr(config, "max_position_embeddings", None)
@@ -119,7 +111,7 @@ def run_probe_command(
     report = {
         "model": str(model),
         "task": loaded.name,
-        "mode": mode,
+        "mode": settings.mode,
         "kind": "regression" if loaded.regression else "classification",
         "classes": len(loaded.classes),
         "train_examples": len(prepared.train),

@@ -26,6 +26,7 @@ from mlmtrain.config import MaskingConfig
 from mlmtrain.data.blocks import pack_blocks
 from mlmtrain.data.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
 from mlmtrain.errors import UserError, first_line
+from mlmtrain.evaluate.stats import ratio_interval
 from mlmtrain.model.context import autocast_context, eval_mode, quiet_transformers
 from mlmtrain.runtime.progress import progress_bar
 
@@ -78,15 +79,9 @@ def per_row_nll(
 
 def confidence_interval(block_nll: np.ndarray, block_counts: np.ndarray) -> tuple[float, float]:
     """95 % interval of perplexity: normal approximation of the ratio estimator over blocks."""
-    keep = block_counts > 0
-    nll, counts = block_nll[keep], block_counts[keep].astype(np.float64)
-    k = len(nll)
-    if k < 2:
-        return (float("nan"), float("nan"))
-    loss = nll.sum() / counts.sum()
-    residuals = (nll - loss * counts) / counts.mean()
-    stderr = math.sqrt(float((residuals**2).sum()) / (k * (k - 1)))
-    return (math.exp(loss - 1.96 * stderr), math.exp(loss + 1.96 * stderr))
+    keep = block_counts > 0  # a block with no masked token says nothing about the loss
+    low, high = ratio_interval(block_nll[keep], block_counts[keep].astype(np.float64))
+    return (math.exp(low), math.exp(high))
 
 
 @dataclass

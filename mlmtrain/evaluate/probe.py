@@ -21,16 +21,16 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
-from mlmtrain.config import OptimConfig
+from mlmtrain.config import OptimConfig, ProbeConfig
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.evaluate.perplexity import check_checkpoint_folder
+from mlmtrain.evaluate.probe_settings import ProbeSettings
+from mlmtrain.evaluate.stats import pearson_interval, wilson_interval
 from mlmtrain.evaluate.tasks import Split, Task, TaskFields, load_task
 from mlmtrain.model.context import quiet_transformers
 from mlmtrain.model.optim import build_optimizer, learning_rate, set_learning_rate
 from mlmtrain.runtime.progress import progress_bar
 
-MODES = ("finetune", "linear")
-POOLINGS = ("mean", "cls")
 # Linear probe: the L2 penalty is chosen on valid from these, strongest first, each fit starting from the previous
 # one's weights (a weak penalty alone takes L-BFGS many more iterations).
 _L2_GRID = (1.0, 1e-1, 1e-2, 1e-3)
@@ -41,26 +41,6 @@ _LOGIT_CHUNK = 1 << 20  # logits of the linear probe computed at once (8 MB in f
 
 # ---------------------------------------------------------------------------------------------
 # Scores
-
-
-def wilson_interval(correct: int, total: int) -> tuple[float, float]:
-    """95 % Wilson score interval of a proportion (sound near 0 and 1, unlike the normal approximation)."""
-    if total == 0:
-        return (float("nan"), float("nan"))
-    z, p = 1.96, correct / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return (centre - half, centre + half)
-
-
-def wilson_interval(correct: int, total: int) -> tuple[float, float]:
-    """95 % Wilson score interval of a proportion (sound near 0 and 1, unlike the normal approximation)."""
-    if total == 0:
-        return (float("nan"), float("nan"))
-    z, p = 1.96, correct / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return (centre - half, centre + half)
 
 
 def classification_scores(predicted: torch.Tensor, gold: torch.Tensor, majority: int) -> dict[str, Any]:
@@ -104,13 +84,8 @@ def _pearson(x: torch.Tensor, y: torch.Tensor) -> float:
 
 def regression_scores(predicted: torch.Tensor, gold: torch.Tensor) -> dict[str, Any]:
     """Pearson's r with its 95 % interval (Fisher z) and Spearman's rho."""
-    pearson = _pearson(predicted, gold)
-    n = len(gold)
-    if n > 3 and math.isfinite(pearson) and abs(pearson) < 1:
-        z, half = math.atanh(pearson), 1.96 / math.sqrt(n - 3)
-        interval = [math.tanh(z - half), math.tanh(z + half)]
-    else:
-        interval = [float("nan"), float("nan")]
+    pearson, n = _pearson(predicted, gold), len(gold)
+    interval = list(pearson_interval(pearson, n))
     return {"pearson": pearson, "spearman": _pearson(_ranks(predicted), _ranks(gold)), "ci95": interval, "examples": n}
 
 
@@ -257,23 +232,6 @@ def classifier_from(mlm: Any, task: Task) -> Any:
 
 # ---------------------------------------------------------------------------------------------
 # Fine-tuning and the linear probe
-
-
-@dataclass
-class ProbeSettings:
-    mode: str = "finetune"
-    epochs: int = 3
-    lr: float = 1e-4
-    batch_size: int = 32
-    max_length: int = 128
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    seed: int = 0
-    pooling: str = "mean"
-    max_train_examples: Optional[int] = None
-    max_eval_examples: Optional[int] = None
-    progress: bool = False
-    lr_key: str = "--lr"  # what sets `lr`, named when fine-tuning diverges: the option, or probe.lr for the live probe
 
 
 @dataclass
@@ -547,7 +505,7 @@ def metric_record(result: ProbeResult, prefix: str = "probe") -> dict[str, float
     return {**record, f"{prefix}_seconds": round(result.seconds, 3)}
 
 
-def live_task(cfg: Any) -> Optional[Task]:
+def live_task(cfg: ProbeConfig) -> Optional[Task]:
     """The `probe:` section's task, read and checked (None without one): called before a run writes anything."""
     if not cfg.task:
         return None
@@ -558,20 +516,9 @@ class LiveProbe:
     """The probe the training loop runs on rank 0: the task (from `live_task`) tokenized once, then `run(mlm)` on
     the live weights, leaving the run's random state and the model's train/eval mode as it found them."""
 
-    def __init__(self, cfg: Any, task: Task, tokenizer: Any, device: torch.device, seed: int) -> None:
+    def __init__(self, cfg: ProbeConfig, task: Task, tokenizer: Any, device: torch.device, seed: int) -> None:
         self.cfg, self.device, self.probed_step = cfg, device, -1
-        self.settings = ProbeSettings(
-            mode=cfg.mode,
-            epochs=cfg.epochs,
-            lr=cfg.lr,
-            batch_size=cfg.batch_size,
-            max_length=cfg.max_length,
-            seed=seed,
-            pooling=cfg.pooling,
-            max_train_examples=cfg.max_train_examples,
-            max_eval_examples=cfg.max_eval_examples,
-            lr_key="probe.lr",
-        )
+        self.settings = ProbeSettings.from_section(cfg, seed)
         self.prepared = PreparedTask.build(task, tokenizer, self.settings)
 
     def when_due(self, mlm: Any, step: int, evaluated: bool, final: bool = False) -> Optional[ProbeResult]:

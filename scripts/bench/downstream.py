@@ -46,7 +46,8 @@ def probe_command(setup: Setup, model: Path, seed: int) -> list[str]:
 def finetune_all(setup: Setup, models: dict[str, Path]) -> dict[str, list[dict[str, Any]]]:
     """Each model fine-tuned for each seed, in this process, as `probe_command` runs it: the models share one
     tokenizer, so the task is read and tokenized once. Seeds outermost: the machine's drift touches all alike."""
-    from mlmtrain.evaluate.probe import PreparedTask, ProbeSettings, encoder_config, probe_encoder
+    from mlmtrain.evaluate.probe import PreparedTask, encoder_config, probe_encoder
+    from mlmtrain.evaluate.probe_settings import ProbeSettings
     from mlmtrain.evaluate.tasks import TaskFields, load_task
 
     a = setup.args

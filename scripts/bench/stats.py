@@ -3,11 +3,11 @@ step, and a mean with its 95 % interval over seeds."""
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any, Optional
 
 from bench.setup import BenchmarkError
+from mlmtrain.evaluate.stats import t_half_width
 
 
 def steady_tokens_per_s(points: list[tuple[int, float]], warmup_steps: int) -> float:
@@ -45,14 +45,8 @@ def same_step(ours: list[dict], hf: list[dict]) -> Optional[dict[str, Any]]:
     return {"step": last["step"], "ours_ppl": last["eval_ppl"], "hf_ppl": hf_by_step[last["step"]]}
 
 
-# Student's t, two-sided 95 %, by degrees of freedom: a handful of seeds is too few for the normal 1.96
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
-
-
 def mean_interval(values: list[float]) -> dict[str, Any]:
-    """Mean and 95 % interval over seeds (t with n - 1 degrees of freedom; 1.96 beyond 10; none for one value)."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return {"values": values, "mean": mean, "ci95": None, "half_width": float("nan")}
-    half = T_975.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
-    return {"values": values, "mean": mean, "ci95": [mean - half, mean + half], "half_width": half}
+    """Mean and 95 % interval over seeds (Student's t, `t_half_width`; none for one value)."""
+    mean, half = statistics.fmean(values), t_half_width(values)
+    interval = [mean - half, mean + half] if len(values) >= 2 else None
+    return {"values": values, "mean": mean, "ci95": interval, "half_width": half}
