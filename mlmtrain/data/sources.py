@@ -5,22 +5,19 @@ document so memory stays bounded whatever the corpus size; plus the deterministi
 
 from __future__ import annotations
 
-import csv
 import glob
-import gzip
 import hashlib
-import itertools
 import json
 import os
 import re
 import sys
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
 from mlmtrain.config import DataConfig
+from mlmtrain.data.records import Reading, read_lines, read_records
 from mlmtrain.errors import UserError, first_line
 
 Spec = Union[str, list[str]]
@@ -37,11 +34,8 @@ _QUOTED_NAME = re.compile(r'“?"([A-Za-z_][A-Za-z0-9_]*)"”?|“([A-Za-z_][A-Z
 _RULE_LINE = re.compile(r"^\s*[*=\-^~+]{3,}\s*$", re.MULTILINE)  # a heading's underline
 # Test suites, demos and vendored packages of the standard library: not documentation prose.
 _STDLIB_SKIPPED = frozenset({"test", "tests", "idlelib", "turtledemo", "lib2to3", "site-packages", "__pycache__"})
-_JSON_READ_CHARS = 1 << 16  # text read at a time into the incremental parser of a .json array
-_PARQUET_BATCH_ROWS = 256  # rows per record batch: small, since one row may be a long document
 _BLANK_LINES = re.compile(r"\n\s*\n")
-_SPACES = re.compile(r"\s*")
-_LONE_RETURN = re.compile(rb"(?<=\r)(?!\n)")  # the point after a CR that no LF follows: a line end of its own
+_TEXT_FIELD_FIX = "set data.text_field to one of them"
 
 
 @dataclass
@@ -78,45 +72,8 @@ def _text_value(value: Any, field: str, where: str) -> str:
     return value
 
 
-def _record_text(record: Any, field: str, where: str) -> str:
-    if not isinstance(record, dict):
-        raise _data_error(f"{where}: expected a JSON object with a '{field}' field, found {type(record).__name__}")
-    if field not in record:
-        fields = ", ".join(map(str, record)) or "none"
-        raise _data_error(f"{where}: no field '{field}' (fields: {fields}); set data.text_field to one of them")
-    return _text_value(record[field], field, where)
-
-
 # ---------------------------------------------------------------------------------------------
 # Reading files
-
-
-def _split_lone_returns(handle: Iterable[bytes]) -> Iterator[bytes]:
-    """A binary file's lines, each ending in LF, CR LF or a lone CR (old Mac files end every line in CR alone,
-    which binary reading does not split at), line ends kept. A CR byte is never part of a multi-byte UTF-8 character.
-    """
-    for raw in handle:
-        if b"\r" not in raw or raw.find(b"\r") == len(raw) - 2 and raw.endswith(b"\r\n"):  # the usual line: as is
-            yield raw
-            continue
-        yield from (piece for piece in _LONE_RETURN.split(raw) if piece)
-
-
-def _lines(path: Path, compressed: bool, stats: CorpusStats) -> Iterator[str]:
-    """Decoded lines (line end kept), read one at a time; undecodable bytes become U+FFFD and are counted."""
-    try:
-        with gzip.open(path, "rb") if compressed else open(path, "rb") as handle:
-            for number, raw in enumerate(_split_lone_returns(handle)):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    line = raw.decode("utf-8", errors="replace")
-                    stats.invalid_utf8_lines += 1
-                if number == 0 and line.startswith("\ufeff"):
-                    line = line[1:]  # byte-order mark written by some Windows editors
-                yield line
-    except (OSError, EOFError, zlib.error) as error:  # permission, vanished file, corrupt or truncated gzip
-        raise _data_error(f"cannot read {path}: {error}; check the file") from None
 
 
 def _paragraphs(lines: Iterable[str]) -> Iterator[str]:
@@ -133,119 +90,6 @@ def _paragraphs(lines: Iterable[str]) -> Iterator[str]:
         yield " ".join(parts)
 
 
-def _json_lines(lines: Iterable[str], path: Path, field: str, first_number: int = 1) -> Iterator[str]:
-    for number, line in enumerate(lines, first_number):
-        if not line.strip():
-            yield ""
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise _data_error(f"{path}:{number}: not valid JSON ({error.msg}); fix or remove that line") from None
-        except RecursionError:
-            raise _data_error(f"{path}:{number}: JSON nested too deeply to read; fix or remove that line") from None
-        yield _record_text(record, field, f"{path}:{number}")
-
-
-def _json_array(lines: Iterator[str], path: Path) -> Iterator[Any]:
-    """The items of a JSON array, decoded one at a time as lines arrive: memory holds about one item, not the file
-    (a minified array on a single line is still read whole; prefer .jsonl for big data)."""
-    decoder = json.JSONDecoder()
-    buffer, pos, state = "", 0, "open"  # open -> first (item or ']') -> next (',' or ']') -> item -> next ...
-    while True:
-        pos = _SPACES.match(buffer, pos).end()
-        if pos < len(buffer):
-            char = buffer[pos]
-            if state == "open" and char == "[":
-                pos, state = pos + 1, "first"
-                continue
-            if state in ("first", "next") and char == "]":
-                return
-            if state == "next" and char == ",":
-                pos, state = pos + 1, "item"
-                continue
-            if state in ("first", "item"):
-                try:
-                    item, pos = decoder.raw_decode(buffer, pos)
-                except json.JSONDecodeError as error:
-                    problem = error.msg  # often the item only continues on the next line
-                except RecursionError:  # more data cannot help
-                    raise _data_error(f"{path}: an item is nested too deeply to read; fix it") from None
-                else:
-                    state = "next"
-                    yield item
-                    continue
-            else:
-                problem = f"unexpected {char!r}"
-        else:
-            problem = "the array is not closed with ']'"
-        # Read at least as much again as is pending: an item spanning many lines (or one huge line) is retried
-        # a logarithmic number of times, not once per line.
-        pending = buffer[pos:]
-        wanted, more = max(len(pending), _JSON_READ_CHARS), []
-        for line in lines:
-            more.append(line)
-            wanted -= len(line)
-            if wanted <= 0:
-                break
-        if not more:
-            raise _data_error(f"{path}: not a valid JSON array ({problem}); fix it or write one object per line")
-        buffer, pos = pending + "".join(more), 0
-
-
-def _json_texts(lines: Iterator[str], path: Path, field: str) -> Iterator[str]:
-    """A .json file: one array of objects, or one object per line (sniffed from the first non-blank character)."""
-    blank = 0
-    for first in lines:
-        if first.strip():
-            break
-        blank += 1
-    else:
-        return
-    rest = itertools.chain([first], lines)
-    if first.lstrip().startswith("["):
-        for number, record in enumerate(_json_array(rest, path), 1):
-            yield _record_text(record, field, f"{path} item {number}")
-    else:
-        yield from _json_lines(rest, path, field, first_number=blank + 1)
-
-
-def _csv_texts(lines: Iterator[str], path: Path, field: str) -> Iterator[str]:
-    # The csv module caps a field at 128 KiB by default; a document may be far longer.
-    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
-    reader = csv.reader(lines)  # lines keep their newline, so quoted fields may span lines
-    try:
-        header = next(reader, None)
-        if header is None:
-            return
-        if field not in header:
-            columns = ", ".join(header) or "none"
-            raise _data_error(f"{path}: no column '{field}' (columns: {columns}); set data.text_field to one of them")
-        column = header.index(field)
-        for row in reader:
-            yield row[column] if column < len(row) else ""
-    except csv.Error as error:
-        raise _data_error(f"{path}:{reader.line_num}: malformed CSV ({error}); fix that line") from None
-
-
-def _parquet_texts(path: Path, field: str) -> Iterator[str]:
-    import pyarrow.parquet as pq  # imported here: only parquet corpora pay for it
-
-    try:
-        parquet = pq.ParquetFile(path)
-        columns = parquet.schema_arrow.names
-        if field not in columns:
-            raise _data_error(
-                f"{path}: no column '{field}' (columns: {', '.join(columns)}); set data.text_field to one of them"
-            )
-        # Only the text column, one record batch at a time (pyarrow decodes a row group at most).
-        for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=[field]):
-            for value in batch.column(0).to_pylist():
-                yield _text_value(value, field, f"{path} column '{field}'")
-    except (OSError, ValueError) as error:  # ArrowInvalid is a ValueError: not a parquet file, corrupt pages
-        raise _data_error(f"cannot read {path} as parquet: {error}") from None
-
-
 @dataclass(frozen=True)
 class _File:
     path: Path
@@ -255,21 +99,17 @@ class _File:
     txt_documents: str
 
     def texts(self, stats: CorpusStats) -> Iterator[str]:
-        if self.kind == "parquet":
-            yield from _parquet_texts(self.path, self.text_field)
-            return
-        lines = _lines(self.path, self.compressed, stats)
+        reading = Reading("data", self.text_field, _TEXT_FIELD_FIX, utf8=stats, compressed=self.compressed)
         if self.kind == "txt":
+            lines = read_lines(self.path, reading)
             if self.txt_documents == "paragraph":
                 yield from _paragraphs(lines)
             else:
                 yield from (line.rstrip("\r\n") for line in lines)
-        elif self.kind == "jsonl":
-            yield from _json_lines(lines, self.path, self.text_field)
-        elif self.kind == "json":
-            yield from _json_texts(lines, self.path, self.text_field)
-        else:
-            yield from _csv_texts(lines, self.path, self.text_field)
+            return
+        field = self.text_field
+        for record in read_records(self.path, self.kind, reading):  # a blank line or row: an empty document
+            yield "" if record.fields is None else _text_value(record.fields[field], field, record.where)
 
     def identity(self) -> dict[str, Any]:
         info = self.path.stat()

@@ -5,8 +5,6 @@ make a classification task, float labels a regression one; every label of valid 
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import random
 import re
@@ -18,6 +16,7 @@ from typing import Any, Optional
 
 import torch
 
+from mlmtrain.data.records import Reading, Record, read_records
 from mlmtrain.errors import UserError, first_line
 
 TASK_SUFFIXES = (".jsonl", ".csv", ".parquet")
@@ -25,6 +24,8 @@ SPLIT_NAMES = {"train": ("train",), "valid": ("valid", "validation", "dev"), "te
 SUBSET_SEED = 0  # example caps keep the same examples whatever --seed says: seeds vary training, not data
 _INT = re.compile(r"^[+-]?\d+$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
+# a task file is refused, not repaired: undecodable bytes and rows wider than the header are errors
+_READING = Reading("task", wide_rows=False)
 
 
 @dataclass
@@ -92,44 +93,21 @@ def _csv_value(value: Optional[str]) -> Any:
     return value
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Every record of a .jsonl, .csv or .parquet file (labeled tasks are small: they are read whole)."""
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".jsonl":
-            records = []
-            with open(path, encoding="utf-8-sig") as handle:
-                for number, line in enumerate(handle, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError as error:
-                        raise _task_error(f"{path}:{number}: not valid JSON ({error.msg}); fix that line") from None
-                    if not isinstance(record, dict):
-                        raise _task_error(f"{path}:{number}: expected a JSON object, found {type(record).__name__}")
-                    records.append(record)
-            return records
-        if suffix == ".csv":
-            with open(path, encoding="utf-8-sig", newline="") as handle:
-                reader = csv.DictReader(handle)
-                records = []
-                for row in reader:
-                    if None in row:  # DictReader files the fields past the header's under the key None
-                        raise _task_error(
-                            f"{path}:{reader.line_num}: has more fields than the header ({len(reader.fieldnames)} "
-                            f"named, {len(reader.fieldnames) + len(row[None])} found); quote a text holding commas "
-                            "or remove the extra fields"
-                        )
-                    records.append({k: _csv_value(v) for k, v in row.items()})
-                return records
-        if suffix == ".parquet":
-            import pyarrow.parquet as pq
+def task_records(path: Path) -> list[dict[str, Any]]:
+    """Every record of a .jsonl, .csv or .parquet file (labeled tasks are small: they are read whole); the numbers
+    of a CSV come back as int or float."""
+    kind = path.suffix.lower().removeprefix(".")
+    if f".{kind}" not in TASK_SUFFIXES:
+        raise _task_error(f"{path} has an unsupported extension; use one of {', '.join(TASK_SUFFIXES)}")
+    found = [record for record in read_records(path, kind, _READING) if record.fields is not None]
+    return [_csv_fields(record) for record in found] if kind == "csv" else [record.fields for record in found]
 
-            return pq.read_table(path).to_pylist()
-    except (OSError, UnicodeDecodeError, csv.Error, ValueError) as error:  # ArrowInvalid is a ValueError
-        raise _task_error(f"cannot read {path}: {first_line(error)}; check the file") from None
-    raise _task_error(f"{path} has an unsupported extension; use one of {', '.join(TASK_SUFFIXES)}")
+
+def _csv_fields(record: Record) -> dict[str, Any]:
+    try:
+        return {name: _csv_value(value) for name, value in record.fields.items()}
+    except ValueError as error:  # an integer of more digits than Python converts
+        raise _task_error(f"cannot read {record.where}: {first_line(error)}; check the file") from None
 
 
 def _field_fix(name: str) -> str:
@@ -246,7 +224,7 @@ def load_task(
         for split in SPLIT_NAMES:
             if explicit[split] is None and (split != "valid" or _has_split(folder, "valid")):
                 path = _split_file(folder, split)
-                records[split] = (read_records(path), str(path))
+                records[split] = (task_records(path), str(path))
     for split, path in (("train", train), ("valid", valid), ("test", test)):
         if path is not None:
             if Path(path).is_dir():
@@ -255,7 +233,7 @@ def load_task(
                 )
             if not Path(path).is_file():
                 raise _task_error(f"--{split} {path} does not exist; pass an existing .jsonl, .csv or .parquet file")
-            records[split] = (read_records(Path(path)), path)
+            records[split] = (task_records(Path(path)), path)
     for split in ("train", "test"):
         if split not in records:
             raise _task_error(f"no {split} split: pass --task FOLDER_OR_HF_NAME or --{split} FILE")

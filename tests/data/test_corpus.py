@@ -462,3 +462,13 @@ def test_json_nested_too_deeply_is_a_data_error(tmp_path, name):
     path = write(tmp_path / name, content)
     with pytest.raises(UserError, match="nested too deeply"):
         list(Corpus(str(path)))
+
+
+@pytest.mark.parametrize("name", ["huge.jsonl", "huge.json"])
+def test_an_integer_too_long_to_convert_is_a_data_error(tmp_path, name):
+    """Python refuses integers of over 4,300 digits with a ValueError, which used to escape as a traceback."""
+    huge = "1" * 5000
+    content = f'{{"text": "fine"}}\n{{"text": "x", "n": {huge}}}\n' if name.endswith("l") else f'[{{"n": {huge}}}]\n'
+    path = write(tmp_path / name, content)
+    with pytest.raises(UserError, match=r"huge\.jsonl:2: cannot read this JSON|huge\.json: an item cannot be read"):
+        list(Corpus(str(path)))
