@@ -1,4 +1,4 @@
-"""Where a training step's time goes: `train_step` (the loop's own step, on the parts `pretrain` builds) under
+"""Where a training step's time goes: `train_step` (the loop's own step, on the training setup `pretrain` builds) under
 torch.profiler, on micro-batches fetched beforehand, as the benchmark's bare step runs it.
 
     python scripts/profile_step.py --device cuda --size base --batch 256 --seq-len 128          # on a GPU
@@ -40,7 +40,7 @@ from mlmtrain.config import load_config  # noqa: E402
 from mlmtrain.data.store import tokenize_corpus  # noqa: E402
 from mlmtrain.model.bert import H200_DENSE_BF16_TFLOPS, flops_per_token  # noqa: E402
 from mlmtrain.runtime.distributed import init_distributed  # noqa: E402
-from mlmtrain.train.step import build_parts, train_step  # noqa: E402
+from mlmtrain.train.step import build_setup, train_step  # noqa: E402
 
 QUICK = {
     "model.hidden_size": 32,
@@ -139,7 +139,7 @@ def device_time(event: Any) -> float:
 
 
 def measure(args: argparse.Namespace, changes: list[str], trace: bool) -> dict[str, Any]:
-    """Build the parts for --set plus `changes`, warm up, profile --steps steps, time --steps more without the
+    """Build the training setup for --set plus `changes`, warm up, profile --steps steps, time --steps more without the
     profiler; print the figures and the operator table; return the figures."""
     config_changes, kernel = attention_kernel(list(args.set) + changes)
     cfg = load_config(REPO / "configs" / f"{args.size}.yaml", overrides(args) + config_changes)
@@ -149,29 +149,29 @@ def measure(args: argparse.Namespace, changes: list[str], trace: bool) -> dict[s
 
 
 def _measure(args: argparse.Namespace, changes: list[str], trace: bool, cfg: Any) -> dict[str, Any]:
-    parts = build_parts(cfg, init_distributed(cfg.train.device))
-    device = parts.ctx.device
-    fetched = [[next(parts.batches) for _ in range(parts.layout.accum_steps)] for _ in range(4)]
+    setup = build_setup(cfg, init_distributed(cfg.train.device))
+    device = setup.ctx.device
+    fetched = [[next(setup.batches) for _ in range(setup.layout.accum_steps)] for _ in range(4)]
     tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
     start = time.perf_counter()
     for step in range(args.warmup):
-        train_step(parts, fetched[step % len(fetched)], clock=lambda: 0.0)
+        train_step(setup, fetched[step % len(fetched)], clock=lambda: 0.0)
     synchronize(device)
     warmup = time.perf_counter() - start  # with train.compile: mostly compilation
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         start = time.perf_counter()
         for step in range(args.steps):
-            train_step(parts, fetched[step % len(fetched)], clock=lambda: 0.0)
+            train_step(setup, fetched[step % len(fetched)], clock=lambda: 0.0)
         synchronize(device)
         wall = (time.perf_counter() - start) / args.steps
     # the profiler's own overhead lengthens the profiled steps: time a few more without it
     start = time.perf_counter()
     for step in range(args.steps):
-        train_step(parts, fetched[step % len(fetched)], clock=lambda: 0.0)
+        train_step(setup, fetched[step % len(fetched)], clock=lambda: 0.0)
     synchronize(device)
     clean = (time.perf_counter() - start) / args.steps
 
@@ -186,11 +186,11 @@ def _measure(args: argparse.Namespace, changes: list[str], trace: bool, cfg: Any
         "step_ms": clean * 1e3,
         "tokens_per_s": tokens_per_step / clean,
         "warmup_s": warmup,
-        "precision": parts.precision.name,
+        "precision": setup.precision.name,
     }
     print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
           f"torch {torch.__version__}; {args.size}, seq {cfg.data.seq_len}, batch {cfg.train.batch_size}, "
-          f"{parts.precision.name}; {settings}")  # fmt: skip
+          f"{setup.precision.name}; {settings}")  # fmt: skip
     # which attention kernel ran: a fused one (flash, cuDNN, efficient) or the math path's matmuls and softmax
     figures["attention_ops"] = sorted({e.key for e in events if "scaled_dot_product" in e.key})
     print(f"step: {clean * 1e3:.1f} ms without the profiler ({wall * 1e3:.1f} ms with it), "
@@ -198,7 +198,7 @@ def _measure(args: argparse.Namespace, changes: list[str], trace: bool, cfg: Any
     print("attention operators: " + (", ".join(figures["attention_ops"]) or "none (compiled into other kernels)"))
     if device.type == "cuda":
         flops = flops_per_token(
-            cfg.model, len(parts.tokenizer), cfg.data.seq_len, cfg.masking.mlm_probability, cfg.model.sparse_head
+            cfg.model, len(setup.tokenizer), cfg.data.seq_len, cfg.masking.mlm_probability, cfg.model.sparse_head
         )
         figures["mfu"] = flops * tokens_per_step / clean / (args.peak_tflops * 1e12)
         print(f"MFU: {figures['mfu']:.1%} (flops_per_token {flops:.4g}, peak {args.peak_tflops:g} TFLOP/s)")
@@ -216,7 +216,7 @@ def _measure(args: argparse.Namespace, changes: list[str], trace: bool, cfg: Any
     print(events.table(sort_by=sort, row_limit=args.top, max_name_column_width=60))
     if trace:
         print(f"trace: {out / 'trace.json'}")
-    del parts, fetched, prof, events
+    del setup, fetched, prof, events
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()

@@ -91,12 +91,12 @@ def _splitmix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def mix_seed(*parts: int) -> int:
+def mix_seed(*values: int) -> int:
     """A 63-bit generator seed from several ints (each taken mod 2**64), by chained splitmix64: stable across
     processes and Python versions, unlike hash(). The one seed mixer of the project (masks, block order)."""
     h = 0
-    for part in parts:
-        h = _splitmix64(h ^ (part & _U64))
+    for value in values:
+        h = _splitmix64(h ^ (value & _U64))
     return h >> 1
 
 

@@ -164,8 +164,8 @@ class ElectraStep:
 class ElectraPretraining(torch.nn.Module):
     """Generator + discriminator with shared embeddings: the one module the loop wraps (DDP, torch.compile).
 
-    `forward` returns float32 [generator NLL summed over selected positions, BCE summed over scored positions]:
-    the loop divides each by its count over the whole global batch and weighs them (`objective.Objective`).
+    `forward` returns the float32 sums of the two loss terms [generator NLL over selected positions, BCE over scored
+    positions]: the loop divides each by its count over the whole global batch and weighs them (`objective.Objective`).
     `save_pretrained` writes the discriminator into a folder and the generator into its `generator/`.
     """
 

@@ -28,7 +28,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.model.bert import MaskedLM, bert_config
 from mlmtrain.model.context import autocast_context, eval_mode
 
-PAIR_STREAM = 0x5041  # a fourth seed part, so the pair draws of a block are not its mask draws
+PAIR_STREAM = 0x5041  # a fourth value mixed into the seed, so the pair draws of a block are not its mask draws
 SENTENCE_ENDS = (".", "!", "?")  # a segment preferably ends after one of these
 
 
@@ -160,8 +160,9 @@ def build_pretraining(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertFor
 
 
 class PairPretraining(MaskedLM):
-    """The step module of the pair objectives: forward returns float32 [MLM NLL sum over selected positions, pair
-    cross-entropy sum over blocks, correct pair predictions] (the last only for the metrics: its weight is 0)."""
+    """The step module of the pair objectives: forward returns the float32 sums of its loss terms [MLM NLL over
+    selected positions, pair cross-entropy over blocks, correct pair predictions] (the last only for the metrics: its
+    weight is 0)."""
 
     def forward(
         self,

@@ -1,4 +1,4 @@
-"""`pretrain(cfg)`: lock and claim the run folder, tokenize if needed, build the parts, run the loop.
+"""`pretrain(cfg)`: lock and claim the run folder, tokenize if needed, build the training setup, run the loop.
 
 Read `Loop.run` top to bottom: fetch the step's micro-batches, `train_step` (step.py), then log, evaluate and
 checkpoint on their cadence. Rank 0 alone writes; every collective is taken by every rank in the same order.
@@ -31,10 +31,10 @@ from mlmtrain.train.guard import RunLock, StopRequested, check_before_start, cla
 from mlmtrain.train.init_from import resolve_init_from, second_phase_note, write_added_words
 from mlmtrain.train.objective import evaluate_trained
 from mlmtrain.train.step import (
-    Parts,
     StepResult,
+    TrainingSetup,
     budget_progress,
-    build_parts,
+    build_setup,
     compile_failure,
     reproducible_compile,
     train_step,
@@ -147,14 +147,14 @@ def eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
 
 
 def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Path], task: Optional[Task]) -> Path:
-    parts = build_parts(cfg, ctx, resume_from)
-    validation = eval_set(cfg, parts.tokenizer) if ctx.is_main and cfg.train.eval_every else None
-    probe = LiveProbe(cfg.probe, task, parts.tokenizer, ctx.device, cfg.train.seed) if task else None
+    setup = build_setup(cfg, ctx, resume_from)
+    validation = eval_set(cfg, setup.tokenizer) if ctx.is_main and cfg.train.eval_every else None
+    probe = LiveProbe(cfg.probe, task, setup.tokenizer, ctx.device, cfg.train.seed) if task else None
     if ctx.is_main:
-        _announce(parts, run_dir, resume_from)
+        _announce(setup, run_dir, resume_from)
     if resume_from is not None:
-        on_main(ctx, lambda: _set_aside_later(run_dir, parts.state.step, resume_from))
-    return Loop(parts, run_dir, validation, probe).run()
+        on_main(ctx, lambda: _set_aside_later(run_dir, setup.state.step, resume_from))
+    return Loop(setup, run_dir, validation, probe).run()
 
 
 def _set_aside_later(run_dir: Path, step: int, resumed: Path) -> None:
@@ -168,10 +168,10 @@ def _set_aside_later(run_dir: Path, step: int, resumed: Path) -> None:
         )
 
 
-def _announce(parts: Parts, run_dir: Path, resume_from: Optional[Path]) -> None:
+def _announce(setup: TrainingSetup, run_dir: Path, resume_from: Optional[Path]) -> None:
     """Rank 0: the resolved config and run facts into run_dir, and the start line."""
-    cfg, ctx, layout = parts.cfg, parts.ctx, parts.layout
-    facts = {"tokenizer_fingerprint": tokenizer_fingerprint(parts.tokenizer), "world_size": ctx.world_size}
+    cfg, ctx, layout = setup.cfg, setup.ctx, setup.layout
+    facts = {"tokenizer_fingerprint": tokenizer_fingerprint(setup.tokenizer), "world_size": ctx.world_size}
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir)
@@ -183,20 +183,20 @@ def _announce(parts: Parts, run_dir: Path, resume_from: Optional[Path]) -> None:
             f"could not write the run's config in {run_dir}: {write_failure(error, run_dir)}; "
             "free disk space or fix permissions, then run again",
         ) from error
-    params = sum(p.numel() for p in parts.mlm.parameters())
+    params = sum(p.numel() for p in setup.mlm.parameters())
     say(
-        f"pretrain: {params / 1e6:.1f}M parameters on {ctx.device} ({parts.precision.describe()}), "
+        f"pretrain: {params / 1e6:.1f}M parameters on {ctx.device} ({setup.precision.describe()}), "
         f"{ctx.world_size} process(es), global batch {layout.global_batch} x {cfg.data.seq_len} tokens "
         f"(micro-batch {layout.micro_batch_size}, accumulation {layout.accum_steps})"
-        + (f", resuming from {resume_from} at step {parts.state.step}" if resume_from else "")
+        + (f", resuming from {resume_from} at step {setup.state.step}" if resume_from else "")
     )
-    if parts.precision.warning:
-        say(parts.precision.warning)
+    if setup.precision.warning:
+        say(setup.precision.warning)
     if note := masking_rate_note(cfg):
         say(note)
-    if parts.saved and parts.saved.get("world_size", 1) != ctx.world_size:
+    if setup.saved and setup.saved.get("world_size", 1) != ctx.world_size:
         say(
-            f"note: the checkpoint was written by {parts.saved.get('world_size', 1)} process(es); the data order "
+            f"note: the checkpoint was written by {setup.saved.get('world_size', 1)} process(es); the data order "
             "carries over, dropout draws (and a live stream's shards) differ from an uninterrupted run"
         )
 
@@ -204,11 +204,11 @@ def _announce(parts: Parts, run_dir: Path, resume_from: Optional[Path]) -> None:
 class Loop:
     """The training loop and its cadence (log, evaluate, checkpoint); `run` reads top to bottom."""
 
-    def __init__(self, parts: Parts, run_dir: Path, eval_set: Any, probe: Optional[LiveProbe] = None) -> None:
-        self.parts, self.cfg, self.ctx, self.state = parts, parts.cfg, parts.ctx, parts.state
+    def __init__(self, setup: TrainingSetup, run_dir: Path, eval_set: Any, probe: Optional[LiveProbe] = None) -> None:
+        self.setup, self.cfg, self.ctx, self.state = setup, setup.cfg, setup.ctx, setup.state
         self.run_dir, self.eval_set, self.live_probe = run_dir, eval_set, probe
         self.probe_s = 0.0  # seconds spent probing: kept off the budget's clock
-        self.start_step = parts.state.step  # pause_after applies once: a resumed run goes on past it
+        self.start_step = setup.state.step  # pause_after applies once: a resumed run goes on past it
         self.last_saved: Optional[Path] = ckpt.latest_checkpoint(run_dir) if self.ctx.is_main else None
         self.live_report = LiveReport(run_dir) if self.cfg.report.html else None
         self.spared: set[Path] = set()  # old checkpoints keep-last left alone because they hold a user's files
@@ -235,10 +235,10 @@ class Loop:
             while budget_progress(cfg, state) < 1.0:
                 # fetch the step's micro-batches (timed: a loop that waits for data is data-bound), then one step
                 fetch_started = time.perf_counter()
-                micro = [next(self.parts.batches) for _ in range(self.parts.layout.accum_steps)]
+                micro = [next(self.setup.batches) for _ in range(self.setup.layout.accum_steps)]
                 window.wait_s += time.perf_counter() - fetch_started
                 result = train_step(
-                    self.parts, micro, lambda: time.perf_counter() - started - self.probe_s, stopper.flag
+                    self.setup, micro, lambda: time.perf_counter() - started - self.probe_s, stopper.flag
                 )
                 if result.skipped:
                     self.skipped(result, reporter)
@@ -253,7 +253,7 @@ class Loop:
                                 "tokens": state.tokens,
                                 "flops": state.flops,
                                 "loss": result.loss,
-                                **result.parts,
+                                **result.loss_terms,
                                 "lr": result.lr,
                                 "grad_norm": result.grad_norm,
                                 "tokens_per_s": tokens_per_s,
@@ -311,16 +311,16 @@ class Loop:
         """Validation metrics with fixed masks (rank 0; the others wait at the next collective)."""
         if self.eval_set is None or not self.ctx.is_main:
             return None
-        parts, blocks, indices = self.parts, *self.eval_set
+        setup, blocks, indices = self.setup, *self.eval_set
         metrics, summary = evaluate_trained(
             self.cfg,
-            parts.mlm,
-            parts.vocab,
+            setup.mlm,
+            setup.vocab,
             blocks,
             indices,
-            parts.layout.micro_batch_size,
+            setup.layout.micro_batch_size,
             self.ctx.device,
-            parts.autocast_dtype,
+            setup.autocast_dtype,
         )
         reporter.log({"step": self.state.step, "tokens": self.state.tokens, "flops": self.state.flops, **metrics})
         reporter.message(f"step {self.state.step}: {summary}")
@@ -331,7 +331,7 @@ class Loop:
         other ranks wait at the next collective)."""
         state = self.state
         try:
-            result = self.live_probe.when_due(self.parts.mlm, state.step, evaluated, final) if self.live_probe else None
+            result = self.live_probe.when_due(self.setup.mlm, state.step, evaluated, final) if self.live_probe else None
         except ProbeDiverged as error:  # a probe's own trouble: say so, and pretraining goes on
             reporter.message(f"step {state.step}: probe skipped: {error.message}")
             return
@@ -342,8 +342,8 @@ class Loop:
 
     def save(self, eval_loss: Optional[float]) -> None:
         """Checkpoint on rank 0 (every rank's RNG state included) while the others wait, so no rank reads ahead."""
-        parts, ctx, state = self.parts, self.ctx, self.state
-        if not all(bool(torch.isfinite(p).all()) for p in parts.mlm.parameters()):
+        setup, ctx, state = self.setup, self.ctx, self.state
+        if not all(bool(torch.isfinite(p).all()) for p in setup.mlm.parameters()):
             # weights are identical on every rank under DDP, so all ranks stop here together
             raise UserError(
                 "train",
@@ -356,18 +356,18 @@ class Loop:
             if eval_loss is not None and eval_loss < state.best_eval_loss:
                 state.best_eval_loss, state.best_step = eval_loss, state.step
             training_state = {
-                "optimizer": parts.optimizer.state_dict(),
-                "scaler": parts.scaler.state_dict(),
+                "optimizer": setup.optimizer.state_dict(),
+                "scaler": setup.scaler.state_dict(),
                 "train_state": vars(state).copy(),
                 "rng": rng,
                 "world_size": ctx.world_size,
-                "accum_steps": parts.layout.accum_steps,  # with micro_batches: the data position in global batches
+                "accum_steps": setup.layout.accum_steps,  # with micro_batches: the data position in global batches
             }
             folder = ckpt.save_checkpoint(
                 self.run_dir,
                 state.step,
-                parts.mlm,
-                parts.tokenizer,
+                setup.mlm,
+                setup.tokenizer,
                 self.cfg,
                 training_state,
                 {"tokens": state.tokens, "eval_loss": eval_loss},

@@ -1,11 +1,11 @@
 """What a training step optimises (`train.objective`), behind the one small interface the loop calls: which module
 to build (and save, and step), what a step calls, how a micro-batch's loss sums become the loss, and the
-training-time evaluation. `mlm`: the masked LM with its sparse head (`model.py`); `electra`: replaced-token
-detection (`electra.py`); `mlm+nsp`, `mlm+sop`: MLM on sentence pairs plus the pair head (`pairs.py`).
+training-time evaluation. `mlm`: the masked LM with its sparse head (`model/bert.py`); `electra`: replaced-token
+detection (`model/electra.py`); `mlm+nsp`, `mlm+sop`: MLM on sentence pairs plus the pair head (`model/pairs.py`).
 
-A step module returns loss SUMS, one per part ([MLM NLL], [generator NLL, discriminator BCE] or [MLM NLL, pair
+A step module returns loss SUMS, one per loss term ([MLM NLL], [generator NLL, discriminator BCE] or [MLM NLL, pair
 cross-entropy, correct pairs]); the loop adds up
-each part's count (`counts`) over the whole global batch, all ranks and micro-batches, so `loss` gives the exact
+each term's count (`counts`) over the whole global batch, all ranks and micro-batches, so `loss` gives the exact
 mean however unevenly the counted positions fall.
 """
 
@@ -26,16 +26,16 @@ from mlmtrain.model.bert import flops_per_token, padded_vocab_size
 
 @dataclass
 class Objective:
-    """The loss parts of `cfg.train.objective` and their weights."""
+    """The loss terms of `cfg.train.objective` and their weights."""
 
     name: str
-    part_names: tuple[str, ...]  # metric names of the parts, beside the weighted total `loss`
+    term_names: tuple[str, ...]  # metric names of the loss terms, beside the weighted total `loss`
     weights: tuple[float, ...]
     is_special: torch.Tensor  # bool over the vocabulary: specials are never scored by the discriminator
     flops_per_token: int = 0  # training FLOPs per input token of the trained module(s): train.max_flops counts them
 
     def counts(self, batch: Mapping[str, torch.Tensor]) -> list[float]:
-        """Each part's denominator in a micro-batch: selected positions (and, for ELECTRA, scored positions)."""
+        """Each term's denominator in a micro-batch: selected positions (and, for ELECTRA, scored positions)."""
         labels = batch["labels"]
         selected = float((labels != IGNORE_INDEX).sum())
         if self.name == "mlm":
@@ -49,19 +49,19 @@ class Objective:
         return [selected, float(scored.sum())]
 
     def loss(self, sums: torch.Tensor, counts: Sequence[float]) -> torch.Tensor:
-        """sum over parts of weight x (part sum / part count): the step's mean loss (a count of 0 counts as 1)."""
+        """sum over terms of weight x (term sum / term count): the step's mean loss (a count of 0 counts as 1)."""
         sums = sums.reshape(-1)
         total = sums[0] * self.weights[0] / max(counts[0], 1.0)
         for index in range(1, len(self.weights)):
             total = total + sums[index] * self.weights[index] / max(counts[index], 1.0)
         return total
 
-    def parts(self, sums: torch.Tensor, counts: Sequence[float]) -> dict[str, float]:
-        """Each part's unweighted mean, for the metrics (nothing for a single-part objective)."""
-        if len(self.part_names) < 2:
+    def loss_terms(self, sums: torch.Tensor, counts: Sequence[float]) -> dict[str, float]:
+        """Each term's unweighted mean, for the metrics (nothing for a single-term objective)."""
+        if len(self.term_names) < 2:
             return {}
         values = sums.reshape(-1).tolist()
-        return {name: values[i] / max(counts[i], 1.0) for i, name in enumerate(self.part_names)}
+        return {name: values[i] / max(counts[i], 1.0) for i, name in enumerate(self.term_names)}
 
 
 def objective_of(cfg: Config, vocab: VocabInfo) -> Objective:
@@ -71,8 +71,8 @@ def objective_of(cfg: Config, vocab: VocabInfo) -> Objective:
         weights = (1.0, cfg.electra.discriminator_weight)
         return Objective("electra", ("generator_loss", "discriminator_loss"), weights, is_special, flops)
     if cfg.train.objective in PAIR_OBJECTIVES:  # MLM + pair loss, summed; the accuracy rides along unweighted
-        parts = ("mlm_loss", "pair_loss", "pair_accuracy")
-        return Objective(cfg.train.objective, parts, (1.0, 1.0, 0.0), is_special, flops)
+        terms = ("mlm_loss", "pair_loss", "pair_accuracy")
+        return Objective(cfg.train.objective, terms, (1.0, 1.0, 0.0), is_special, flops)
     return Objective("mlm", ("loss",), (1.0,), is_special, flops)
 
 

@@ -1,9 +1,9 @@
-"""What one optimizer step needs and does: `build_parts` (model, optimizer, scaler, state and the micro-batch stream,
-fresh or from a checkpoint) and `train_step` (count the global batch's selected tokens, forward/backward each
-micro-batch with all-reduce on the last only, clip, read the loss and gradient norm in one copy, skip non-finite
-steps, set the learning rate, step).
+"""What one optimizer step needs and does: `build_setup` (the `TrainingSetup`: model, optimizer, scaler, state and
+the micro-batch stream, fresh or from a checkpoint) and `train_step` (count the global batch's selected tokens,
+forward/backward each micro-batch with all-reduce on the last only, clip, read the loss and gradient norm in one
+copy, skip non-finite steps, set the learning rate, step).
 
-`train.py` runs them in its loop; `scripts/benchmark.py` times the same two functions as the bare step.
+`loop.py` runs them in its loop; `scripts/benchmark.py` times the same two functions as the bare step.
 """
 
 from __future__ import annotations
@@ -121,14 +121,15 @@ class TrainState:
 
 
 @dataclass
-class Parts:
-    """What a run trains with: `build_parts` makes them, fresh or from a checkpoint; `train_step` uses them."""
+class TrainingSetup:
+    """What a run trains with (model, optimizer, scaler, state, micro-batch stream): `build_setup` makes it, fresh or
+    from a checkpoint; `train_step` uses it."""
 
     cfg: Config
     ctx: DistContext
     mlm: Any  # what checkpoints save: the BertForMaskedLM, or ELECTRA's generator + discriminator
     model: torch.nn.Module  # what a step calls (objective.step_module around mlm), compiled and/or wrapped in DDP
-    objective: Objective  # the loss parts a step's sums are divided into
+    objective: Objective  # the loss terms a step's sums are divided into
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     precision: Precision
@@ -147,7 +148,7 @@ class Parts:
         return autocast_context(self.ctx.device, self.autocast_dtype)
 
 
-def build_parts(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = None) -> Parts:
+def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = None) -> TrainingSetup:
     """Model, optimizer, scaler, state and the micro-batch stream, fresh or restored from `resume_from`."""
     from transformers.utils import logging as hf_logging
 
@@ -210,7 +211,7 @@ def build_parts(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
         ckpt.set_rng_state(saved["rng"][ctx.rank])  # each rank its own: dropout continues as if never stopped
     else:  # a fresh run, or a rank the saved run did not have
         torch.manual_seed(cfg.train.seed + ctx.rank)  # dropout differs across ranks, reproducibly
-    return Parts(
+    return TrainingSetup(
         cfg,
         ctx,
         mlm,
@@ -269,16 +270,16 @@ def _micro_batches(
 def budget_progress(cfg: Config, state: TrainState) -> float:
     """Share of the budget used: the largest of steps, tokens, wall time and FLOPs (whichever are set)."""
     t = cfg.train
-    parts = [0.0]
+    shares = [0.0]
     if t.max_steps:
-        parts.append(state.step / t.max_steps)
+        shares.append(state.step / t.max_steps)
     if t.max_tokens:
-        parts.append(state.tokens / t.max_tokens)
+        shares.append(state.tokens / t.max_tokens)
     if t.max_time_seconds:
-        parts.append(state.elapsed_s / t.max_time_seconds)
+        shares.append(state.elapsed_s / t.max_time_seconds)
     if t.max_flops:
-        parts.append(state.flops / t.max_flops)
-    return max(parts)
+        shares.append(state.flops / t.max_flops)
+    return max(shares)
 
 
 @dataclass
@@ -289,20 +290,20 @@ class StepResult:
     tokens: int  # tokens of the global batch
     skipped: bool  # non-finite loss or gradients, or no selected token: no update was made
     stop_requested: bool  # some rank was asked to stop (a signal): all ranks stop after this step
-    parts: dict[str, float]  # each loss part's mean when the objective has several (ELECTRA), else empty
+    loss_terms: dict[str, float]  # each loss term's unweighted mean when the objective has several, else empty
 
 
 def train_step(
-    parts: Parts, micro: list[dict[str, torch.Tensor]], clock: Callable[[], float], stop: bool = False
+    setup: TrainingSetup, micro: list[dict[str, torch.Tensor]], clock: Callable[[], float], stop: bool = False
 ) -> StepResult:
     """One optimizer step over this rank's micro-batches of the step; every rank calls it with its own share.
 
     `clock()` is the run's elapsed seconds. Only rank 0's reading counts: under DDP it travels in the loss
     all-reduce, so every rank sees the same elapsed time and so agrees on the budget and the learning rate.
     """
-    cfg, ctx, state, objective = parts.cfg, parts.ctx, parts.state, parts.objective
+    cfg, ctx, state, objective = setup.cfg, setup.ctx, setup.state, setup.objective
     # 1. Count the selected tokens (ELECTRA: and the scored ones) of the whole global batch (all ranks, all
-    #    micro-steps): each loss part is normalised by its count.
+    #    micro-steps): each loss term is normalised by its count.
     local = torch.tensor(
         [
             *(sum(counted) for counted in zip(*(objective.counts(b) for b in micro), strict=True)),
@@ -320,45 +321,45 @@ def train_step(
     for i, batch in enumerate(micro):
         batch = {k: v.to(ctx.device, non_blocking=True) for k, v in batch.items()}
         last = i == len(micro) - 1
-        with nullcontext() if last or not ctx.distributed else parts.model.no_sync():
-            with parts.autocast():
-                sums = parts.model(**batch)
+        with nullcontext() if last or not ctx.distributed else setup.model.no_sync():
+            with setup.autocast():
+                sums = setup.model(**batch)
             # sums over positions: dividing by the global counts gives the mean over every counted position;
             # DDP averages gradients over ranks, so multiply back by the world size.
-            parts.scaler.scale(objective.loss(sums, counts) * ctx.world_size).backward()
+            setup.scaler.scale(objective.loss(sums, counts) * ctx.world_size).backward()
         loss_sums += sums.detach().double().reshape(-1)
     # 3. Unscale (fp16), clip, and read the loss sums and the gradient norm in one copy: one wait for the device a
     #    step. DDP averaged the gradients, so every rank has the same norm.
-    parts.scaler.unscale_(parts.optimizer)
+    setup.scaler.unscale_(setup.optimizer)
     clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
-    grad_norm_on_device = torch.nn.utils.clip_grad_norm_(parts.mlm.parameters(), clip)
+    grad_norm_on_device = torch.nn.utils.clip_grad_norm_(setup.mlm.parameters(), clip)
     reduced, grad_norm, state.elapsed_s = _read_step(ctx, loss_sums, grad_norm_on_device, clock)
     loss = float(objective.loss(reduced, counts))
-    loss_parts = objective.parts(reduced, counts)
+    loss_terms = objective.loss_terms(reduced, counts)
 
     # 4. A non-finite loss (or an empty selection) skips the step; all ranks agree: the loss was reduced over all.
     #    So do non-finite gradients with a finite loss (seen from a bf16 attention backward on GPU): the update would
     #    make every weight NaN. Under fp16 the scaler handles those itself: its step skips, its update lowers the
     #    scale.
     if not math.isfinite(loss) or selected == 0:
-        parts.scaler.update(parts.scaler.get_scale())  # forget this step's unscale; the scale stays as it was
-        return _skipped(parts, loss, float("nan"), int(tokens), stop_votes > 0, loss_parts)
-    if not math.isfinite(grad_norm) and not parts.scaler.is_enabled():
-        return _skipped(parts, loss, grad_norm, int(tokens), stop_votes > 0, loss_parts)
+        setup.scaler.update(setup.scaler.get_scale())  # forget this step's unscale; the scale stays as it was
+        return _skipped(setup, loss, float("nan"), int(tokens), stop_votes > 0, loss_terms)
+    if not math.isfinite(grad_norm) and not setup.scaler.is_enabled():
+        return _skipped(setup, loss, grad_norm, int(tokens), stop_votes > 0, loss_terms)
     state.nonfinite_in_row = 0
 
     # 5. Set the learning rate for this step, step.
     if state.step == cfg.optim.warmup_steps:
         state.warmup_end_progress = budget_progress(cfg, state)
     lr = learning_rate(state.step, budget_progress(cfg, state), cfg.optim, state.warmup_end_progress)
-    set_learning_rate(parts.optimizer, lr)
-    parts.scaler.step(parts.optimizer)
-    parts.scaler.update()
-    parts.optimizer.zero_grad(set_to_none=True)
+    set_learning_rate(setup.optimizer, lr)
+    setup.scaler.step(setup.optimizer)
+    setup.scaler.update()
+    setup.optimizer.zero_grad(set_to_none=True)
     state.step += 1
     state.tokens += int(tokens)
     state.flops += int(tokens) * objective.flops_per_token
-    return StepResult(loss, lr, grad_norm, int(tokens), False, stop_votes > 0, loss_parts)
+    return StepResult(loss, lr, grad_norm, int(tokens), False, stop_votes > 0, loss_terms)
 
 
 def _read_step(
@@ -376,13 +377,13 @@ def _read_step(
 
 
 def _skipped(
-    parts: Parts, loss: float, grad_norm: float, tokens: int, stop: bool, loss_parts: dict[str, float]
+    setup: TrainingSetup, loss: float, grad_norm: float, tokens: int, stop: bool, loss_terms: dict[str, float]
 ) -> StepResult:
     """A step that makes no update: its gradients dropped, counted as skipped (in a row and in all), no lr."""
-    parts.optimizer.zero_grad(set_to_none=True)
-    parts.state.nonfinite_in_row += 1
-    parts.state.nonfinite_total += 1
-    return StepResult(loss, float("nan"), grad_norm, tokens, True, stop, loss_parts)
+    setup.optimizer.zero_grad(set_to_none=True)
+    setup.state.nonfinite_in_row += 1
+    setup.state.nonfinite_total += 1
+    return StepResult(loss, float("nan"), grad_norm, tokens, True, stop, loss_terms)
 
 
 def _count_tokens(batch: dict[str, torch.Tensor]) -> int:

@@ -19,7 +19,7 @@ from mlmtrain.model.optim import build_optimizer, learning_rate
 from mlmtrain.runtime.distributed import init_distributed
 from mlmtrain.train.loop import eval_set
 from mlmtrain.train.precision import resolve_precision
-from mlmtrain.train.step import build_parts, train_step
+from mlmtrain.train.step import build_setup, train_step
 
 HF_MLM_PROBABILITY = 0.15  # what run_mlm.py hands DataCollatorForLanguageModeling
 
@@ -223,22 +223,22 @@ def clocked_schedule(model: Any, cfg: Config, clock: StepClock, spec: dict[str, 
 
 
 def bare_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    """The limit: `train_step` (forward with the sparse head, backward, clip, lr, AdamW) on the parts `pretrain`
-    builds (`build_parts`), fed micro-batches fetched beforehand: no data loading, logging or evaluation."""
+    """The limit: `train_step` (forward with the sparse head, backward, clip, lr, AdamW) on the training setup
+    `pretrain` builds (`build_setup`), fed micro-batches fetched beforehand: no data loading, logging or evaluation."""
     cfg = load_config(spec["config"], spec["overrides"])
     cfg.data.num_workers = 0  # the batches are fetched once, before the clock starts
-    parts = build_parts(cfg, init_distributed(cfg.train.device))
-    fetched = [[next(parts.batches) for _ in range(parts.layout.accum_steps)] for _ in range(min(spec["steps"], 8))]
+    setup = build_setup(cfg, init_distributed(cfg.train.device))
+    fetched = [[next(setup.batches) for _ in range(setup.layout.accum_steps)] for _ in range(min(spec["steps"], 8))]
     tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
     points = []
     start = time.perf_counter()
     for step in range(1, spec["steps"] + 1):
-        train_step(parts, fetched[step % len(fetched)], clock=lambda: 0.0)
+        train_step(setup, fetched[step % len(fetched)], clock=lambda: 0.0)
         points.append((step * tokens_per_step, time.perf_counter() - start))
     return {
         "points": points,
-        "parameters": sum(p.numel() for p in parts.mlm.parameters()),
-        **_peak_device_memory(parts.ctx.device),
+        "parameters": sum(p.numel() for p in setup.mlm.parameters()),
+        **_peak_device_memory(setup.ctx.device),
     }
 
 

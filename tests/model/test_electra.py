@@ -153,7 +153,7 @@ def test_loss_sums_and_gradients_reach_both_models() -> None:
     assert float(loss.detach()) == pytest.approx(
         float(sums[0].detach()) / selected + 50 * float(sums[1].detach()) / scored
     )
-    assert objective.parts(sums.detach(), [selected, scored]) == {
+    assert objective.loss_terms(sums.detach(), [selected, scored]) == {
         "generator_loss": pytest.approx(float(sums[0].detach()) / selected),
         "discriminator_loss": pytest.approx(float(sums[1].detach()) / scored),
     }
@@ -269,7 +269,7 @@ def test_mlm_objective_is_the_mean_over_selected_tokens() -> None:
     selected = int((batch["labels"] != IGNORE_INDEX).sum())
     assert objective.counts(batch) == [selected]
     assert float(objective.loss(torch.tensor(12.0), [selected])) == pytest.approx(12.0 / selected)
-    assert objective.parts(torch.tensor(12.0), [selected]) == {}
+    assert objective.loss_terms(torch.tensor(12.0), [selected]) == {}
 
 
 @pytest.mark.parametrize(

@@ -96,7 +96,7 @@ def nsp_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
-def test_a_pair_run_logs_its_parts_and_resumes_exactly(nsp_run: Path, tiny_data: Path, tmp_path: Path) -> None:
+def test_a_pair_run_logs_its_loss_terms_and_resumes_exactly(nsp_run: Path, tiny_data: Path, tmp_path: Path) -> None:
     lines = metrics(nsp_run)
     steps = [m for m in lines if "loss" in m]
     for m in steps:
@@ -105,14 +105,14 @@ def test_a_pair_run_logs_its_parts_and_resumes_exactly(nsp_run: Path, tiny_data:
     evals = [m for m in lines if "eval_loss" in m]
     assert [m["step"] for m in evals] == [3, 6]
     assert evals[-1]["eval_pairs"] == 8 and 0.0 <= evals[-1]["eval_pair_accuracy"] <= 1.0
-    paused = load_config(None, tiny_overrides(tiny_data, **{**PAIRS, "train.run_dir": str(tmp_path / "parts")}))
+    paused = load_config(None, tiny_overrides(tiny_data, **{**PAIRS, "train.run_dir": str(tmp_path / "paused")}))
     paused.train.pause_after = 3
     assert pretrain(paused).name == "step-3"
     resumed = pretrain(paused, resume="auto")
-    assert step_losses(tmp_path / "parts") == step_losses(nsp_run)
+    assert step_losses(tmp_path / "paused") == step_losses(nsp_run)
     whole = weights(nsp_run / "checkpoints" / "step-6")
     assert all(torch.equal(whole[name], tensor) for name, tensor in weights(resumed).items())
-    assert [m["eval_pair_accuracy"] for m in metrics(tmp_path / "parts") if "eval_loss" in m][-1] == evals[-1][
+    assert [m["eval_pair_accuracy"] for m in metrics(tmp_path / "paused") if "eval_loss" in m][-1] == evals[-1][
         "eval_pair_accuracy"
     ]  # the same fixed pairs
 

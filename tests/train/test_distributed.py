@@ -115,13 +115,13 @@ def test_a_refusal_on_rank_0_stops_every_rank(two_process_run, tiny_data: Path, 
 @pytest.mark.slow
 def test_paused_and_resumed_two_process_run_equals_an_uninterrupted_one(tiny_data: Path, tmp_path) -> None:
     # dropout on: each rank must get its own RNG state back, or the resumed losses drift
-    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    whole, paused = tmp_path / "whole", tmp_path / "paused"
     finish(torchrun(tiny_data, whole))
-    assert "stopped at step 5" in finish(torchrun(tiny_data, parts, **{"train.pause_after": 5}))
-    assert max(m["step"] for m in train_lines(parts)) == 5
-    finish(torchrun(tiny_data, parts, "--resume", **{"train.pause_after": 5}))
-    assert losses(parts) == pytest.approx(losses(whole), rel=1e-6)
-    a, b = weights(whole / "checkpoints" / "step-10"), weights(parts / "checkpoints" / "step-10")
+    assert "stopped at step 5" in finish(torchrun(tiny_data, paused, **{"train.pause_after": 5}))
+    assert max(m["step"] for m in train_lines(paused)) == 5
+    finish(torchrun(tiny_data, paused, "--resume", **{"train.pause_after": 5}))
+    assert losses(paused) == pytest.approx(losses(whole), rel=1e-6)
+    a, b = weights(whole / "checkpoints" / "step-10"), weights(paused / "checkpoints" / "step-10")
     assert all(torch.allclose(a[name], b[name], atol=1e-6) for name in a)
 
 

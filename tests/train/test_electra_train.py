@@ -42,7 +42,7 @@ def electra_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 
 @pytest.mark.oldpins  # ELECTRA under transformers 4.x: eager attention (no SDPA for it there)
-def test_run_learns_logs_both_parts_and_saves_both_models(electra_run: Path) -> None:
+def test_run_learns_logs_both_loss_terms_and_saves_both_models(electra_run: Path) -> None:
     lines = metrics(electra_run)
     steps = [m for m in lines if "loss" in m]
     assert [m["step"] for m in steps] == list(range(1, 21))
@@ -82,10 +82,10 @@ def test_a_run_that_replaces_40_percent_is_told_to_replace_15(
 
 @pytest.mark.oldpins  # ELECTRA under transformers 4.x: eager attention (no SDPA for it there)
 def test_paused_and_resumed_run_equals_an_uninterrupted_one(electra_run: Path, tiny_data: Path, tmp_path) -> None:
-    parts = electra_config(tiny_data, tmp_path / "parts", **{"train.pause_after": 10})
-    assert pretrain(parts).name == "step-10"
-    resumed = pretrain(parts, resume="auto")
-    assert step_losses(tmp_path / "parts") == step_losses(electra_run)  # sampling RNG restored: exactly
+    paused_cfg = electra_config(tiny_data, tmp_path / "paused", **{"train.pause_after": 10})
+    assert pretrain(paused_cfg).name == "step-10"
+    resumed = pretrain(paused_cfg, resume="auto")
+    assert step_losses(tmp_path / "paused") == step_losses(electra_run)  # sampling RNG restored: exactly
     for folder in (resumed, resumed / "generator"):
         whole = weights(electra_run / "checkpoints" / "step-20" / folder.relative_to(resumed))
         assert all(torch.equal(whole[name], tensor) for name, tensor in weights(folder).items())

@@ -99,21 +99,21 @@ def test_after_zero_updates_the_weights_are_the_base_and_the_fast_step_applies(
     from mlmtrain.data.store import tokenize_corpus
     from mlmtrain.model.bert import build_model, use_training_attention
     from mlmtrain.runtime.distributed import init_distributed
-    from mlmtrain.train.step import build_parts
+    from mlmtrain.train.step import build_setup
 
     cfg = load_config(None, continue_options(tiny_data, base, tmp_path))
     resolve_init_from(cfg)
     tokenize_corpus(cfg, quiet=True)
-    parts = build_parts(cfg, init_distributed("cpu"))
+    setup = build_setup(cfg, init_distributed("cpu"))
     expected = BertForMaskedLM.from_pretrained(str(base)).state_dict()
-    got = parts.mlm.state_dict()
+    got = setup.mlm.state_dict()
     assert got.keys() == expected.keys()
     for key in expected:
         assert torch.equal(got[key], expected[key]), key
     fresh = build_model(cfg.model, len(base_tokenizer()), 0)  # the attention a fresh run trains with
     use_training_attention(fresh)
-    assert parts.mlm.config._attn_implementation == fresh.config._attn_implementation
-    assert parts.model.sparse_head and parts.mlm.training
+    assert setup.mlm.config._attn_implementation == fresh.config._attn_implementation
+    assert setup.model.sparse_head and setup.mlm.training
 
 
 def test_continued_run_starts_at_the_bases_perplexity_learns_and_keeps_its_tokenizer(
@@ -170,12 +170,12 @@ def test_an_init_from_run_resumes_exactly(base: Path, tiny_data: Path, tmp_path:
     common = {"train.max_steps": 6, "train.eval_every": 3, "checkpoint.save_every": 3}
     whole = pretrain(load_config(None, continue_options(tiny_data, base, tmp_path / "whole", **common)))
     paused_cfg = load_config(
-        None, continue_options(tiny_data, base, tmp_path / "parts", **common, **{"train.pause_after": 3})
+        None, continue_options(tiny_data, base, tmp_path / "paused", **common, **{"train.pause_after": 3})
     )
     assert pretrain(paused_cfg).name == "step-3"
-    resumed_cfg = load_config(None, continue_options(tiny_data, base, tmp_path / "parts", **common))
+    resumed_cfg = load_config(None, continue_options(tiny_data, base, tmp_path / "paused", **common))
     resumed = pretrain(resumed_cfg, resume="auto")
-    assert step_losses(tmp_path / "parts" / "run") == step_losses(tmp_path / "whole" / "run")
+    assert step_losses(tmp_path / "paused" / "run") == step_losses(tmp_path / "whole" / "run")
     a, b = weights(whole), weights(resumed)
     for key in a:
         assert torch.equal(a[key], b[key]), key
@@ -264,7 +264,7 @@ def test_extend_vocab_adds_the_frequent_split_words_with_mean_initialised_rows(
 
     from mlmtrain.data.store import tokenize_corpus
     from mlmtrain.runtime.distributed import init_distributed
-    from mlmtrain.train.step import build_parts
+    from mlmtrain.train.step import build_setup
 
     ordinary = write_corpus(tmp_path / "ordinary.txt", 100, seed=3).read_text().splitlines()
     # wonderland in every line, rabbit in every other, hatter once (too rare): two words split into letters today
@@ -274,13 +274,13 @@ def test_extend_vocab_adds_the_frequent_split_words_with_mean_initialised_rows(
     cfg = load_config(None, continue_options(tiny_data, base, tmp_path, **extra))
     resolve_init_from(cfg)
     tokenize_corpus(cfg, quiet=True)
-    parts = build_parts(cfg, init_distributed("cpu"))
+    setup = build_setup(cfg, init_distributed("cpu"))
     base_tokenizer_, first_new = base_tokenizer(), len(base_tokenizer())
     extended = AutoTokenizer.from_pretrained(str(cfg.tokenizer_dir))
     assert extended("wonderland rabbit", add_special_tokens=False).input_ids == [first_new, first_new + 1]
     original = BertForMaskedLM.from_pretrained(str(base))
-    rows, bias = parts.mlm.get_input_embeddings().weight, parts.mlm.cls.predictions.decoder.bias
-    assert rows.shape[0] == first_new + 2 and parts.mlm.cls.predictions.decoder.weight is rows
+    rows, bias = setup.mlm.get_input_embeddings().weight, setup.mlm.cls.predictions.decoder.bias
+    assert rows.shape[0] == first_new + 2 and setup.mlm.cls.predictions.decoder.weight is rows
     for offset, word in enumerate(["wonderland", "rabbit"]):
         pieces = base_tokenizer_(word, add_special_tokens=False).input_ids
         assert len(pieces) == len(word)

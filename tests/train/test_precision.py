@@ -17,7 +17,7 @@ from mlmtrain.model.bert import TRAINING_ATTENTION
 from mlmtrain.runtime.distributed import DistContext
 from mlmtrain.train.loop import pretrain
 from mlmtrain.train.precision import cpu_bf16_support, cpu_vendor, resolve_precision
-from mlmtrain.train.step import build_parts, train_step
+from mlmtrain.train.step import build_setup, train_step
 
 CPU = torch.device("cpu")
 HAS_AMX = cpu_bf16_support() == "amx"
@@ -86,20 +86,20 @@ def _linear_output_dtypes(
     """The resolved precision of a tiny run and the dtypes its Linear layers (those whose name starts with `within`)
     produced in one real training step."""
     cfg = tiny_config(**{"train.precision": precision, "train.run_dir": str(tmp_path / precision)})
-    parts = build_parts(cfg, DistContext(device=CPU))
+    setup = build_setup(cfg, DistContext(device=CPU))
     seen: set[torch.dtype] = set()
     hooks = [
         module.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
-        for name, module in parts.mlm.named_modules()
+        for name, module in setup.mlm.named_modules()
         if isinstance(module, torch.nn.Linear) and name.startswith(within)
     ]
     try:
-        result = train_step(parts, [next(parts.batches)], clock=time.perf_counter)
+        result = train_step(setup, [next(setup.batches)], clock=time.perf_counter)
     finally:
         for hook in hooks:
             hook.remove()
     assert not result.skipped
-    return parts.precision.name, seen
+    return setup.precision.name, seen
 
 
 def test_explicit_bf16_trains_in_bf16_on_any_cpu(tiny_config, tmp_path: Path) -> None:
@@ -152,7 +152,7 @@ def test_the_start_line_says_which_precision_and_why(tiny_config, capsys: pytest
 @pytest.mark.parametrize("objective", ["mlm", "electra"])
 def test_every_trained_model_uses_the_training_attention(tiny_config, tmp_path: Path, objective: str) -> None:
     cfg = tiny_config(**{"train.objective": objective, "train.run_dir": str(tmp_path / objective)})
-    parts = build_parts(cfg, DistContext(device=CPU))
-    models = [module for module in parts.mlm.modules() if isinstance(module, PreTrainedModel)]
+    setup = build_setup(cfg, DistContext(device=CPU))
+    models = [module for module in setup.mlm.modules() if isinstance(module, PreTrainedModel)]
     assert len(models) >= (2 if objective == "electra" else 1)  # ELECTRA: the generator and the discriminator
     assert {model.config._attn_implementation for model in models} == {TRAINING_ATTENTION}

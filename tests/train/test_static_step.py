@@ -21,7 +21,7 @@ from mlmtrain.data.masking import (
 )
 from mlmtrain.model.bert import MaskedLM, build_model, use_training_attention
 from mlmtrain.runtime.distributed import init_distributed
-from mlmtrain.train.step import build_parts, train_step
+from mlmtrain.train.step import build_setup, train_step
 
 from ..model.test_model import tiny_config as model_config
 
@@ -142,50 +142,50 @@ def test_steps_from_collator_positions_are_bit_identical_to_the_label_path(tiny_
     ctx = init_distributed("cpu")
     runs = []
     for keep_positions in (True, False):
-        parts = build_parts(copy.deepcopy(cfg), ctx)
+        setup = build_setup(copy.deepcopy(cfg), ctx)
         results = []
         for _ in range(3):
-            micro = [next(parts.batches) for _ in range(parts.layout.accum_steps)]
+            micro = [next(setup.batches) for _ in range(setup.layout.accum_steps)]
             assert all("selected_positions" in batch for batch in micro)
             if not keep_positions:  # the head finds its rows in the labels, as without the collator's positions
                 micro = [{k: v for k, v in batch.items() if k != "selected_positions"} for batch in micro]
-            result = train_step(parts, micro, lambda: 0.0)
+            result = train_step(setup, micro, lambda: 0.0)
             results.append((result.loss, result.grad_norm, result.skipped))
-        runs.append((results, [p.detach().clone() for p in parts.mlm.parameters()]))
+        runs.append((results, [p.detach().clone() for p in setup.mlm.parameters()]))
     (results, weights), (expected_results, expected_weights) = runs
     assert results == expected_results
     assert all(torch.equal(got, want) for got, want in zip(weights, expected_weights, strict=True))
 
 
-def steps(parts, count: int) -> list:
-    """`count` train_steps on the parts' own micro-batches."""
+def steps(setup, count: int) -> list:
+    """`count` train_steps on the setup's own micro-batches."""
     results = []
     for _ in range(count):
-        micro = [next(parts.batches) for _ in range(parts.layout.accum_steps)]
-        results.append(train_step(parts, micro, lambda: 0.0))
+        micro = [next(setup.batches) for _ in range(setup.layout.accum_steps)]
+        results.append(train_step(setup, micro, lambda: 0.0))
     return results
 
 
 def test_nonfinite_gradients_under_a_finite_loss_count_in_a_row(tiny_config):
-    parts = build_parts(tiny_config(), init_distributed("cpu"))
-    weight = parts.mlm.cls.predictions.transform.dense.weight
+    setup = build_setup(tiny_config(), init_distributed("cpu"))
+    weight = setup.mlm.cls.predictions.transform.dense.weight
     hook = weight.register_hook(lambda grad: torch.full_like(grad, float("nan")))
-    results = steps(parts, 3)
+    results = steps(setup, 3)
     assert all(r.skipped and r.loss == r.loss for r in results)  # skipped with a finite loss
-    assert (parts.state.step, parts.state.nonfinite_in_row, parts.state.nonfinite_total) == (0, 3, 3)
+    assert (setup.state.step, setup.state.nonfinite_in_row, setup.state.nonfinite_total) == (0, 3, 3)
     hook.remove()
-    assert not steps(parts, 1)[0].skipped and parts.state.nonfinite_in_row == 0
+    assert not steps(setup, 1)[0].skipped and setup.state.nonfinite_in_row == 0
 
 
 def test_a_nonfinite_loss_under_fp16_leaves_the_scaler_as_it_was(tiny_config):
-    parts = build_parts(tiny_config(**{"train.precision": "fp16"}), init_distributed("cpu"))
-    assert parts.scaler.is_enabled()
-    steps(parts, 1)
-    scale = parts.scaler.get_scale()
-    bias = parts.mlm.cls.predictions.decoder.bias
+    setup = build_setup(tiny_config(**{"train.precision": "fp16"}), init_distributed("cpu"))
+    assert setup.scaler.is_enabled()
+    steps(setup, 1)
+    scale = setup.scaler.get_scale()
+    bias = setup.mlm.cls.predictions.decoder.bias
     with torch.no_grad():
         saved, bias[5] = bias[5].clone(), float("nan")  # every logit row, so the loss, turns NaN
-    assert steps(parts, 1)[0].skipped and parts.scaler.get_scale() == scale
+    assert steps(setup, 1)[0].skipped and setup.scaler.get_scale() == scale
     with torch.no_grad():
         bias[5] = saved
-    assert not steps(parts, 1)[0].skipped  # the scaler takes the next step as usual
+    assert not steps(setup, 1)[0].skipped  # the scaler takes the next step as usual

@@ -76,13 +76,13 @@ def test_loss_goes_down(tiny_config) -> None:
 def test_paused_and_resumed_run_equals_an_uninterrupted_one(tiny_config, tmp_path: Path) -> None:
     whole = tiny_config(**{"train.run_dir": str(tmp_path / "whole")})
     pretrain(whole)
-    parts = tiny_config(**{"train.run_dir": str(tmp_path / "parts"), "train.pause_after": 5})
-    paused = pretrain(parts)
+    paused_cfg = tiny_config(**{"train.run_dir": str(tmp_path / "paused"), "train.pause_after": 5})
+    paused = pretrain(paused_cfg)
     assert paused.name == "step-5"
-    assert max(step_losses(tmp_path / "parts")) == 5
-    resumed = pretrain(parts, resume="auto")
+    assert max(step_losses(tmp_path / "paused")) == 5
+    resumed = pretrain(paused_cfg, resume="auto")
     assert resumed.name == "step-10"
-    assert step_losses(tmp_path / "parts") == step_losses(tmp_path / "whole")
+    assert step_losses(tmp_path / "paused") == step_losses(tmp_path / "whole")
     a, b = weights(tmp_path / "whole" / "checkpoints" / "step-10"), weights(resumed)
     assert a.keys() == b.keys()
     for key in a:
@@ -101,10 +101,10 @@ def test_a_compiled_run_learns_as_the_eager_one_and_resumes_exactly(tiny_config,
     assert eager.keys() == losses.keys() == set(range(1, 7))
     for step in eager:
         assert losses[step] == pytest.approx(eager[step], rel=1e-4), step
-    parts = tiny_config(**{"train.run_dir": str(tmp_path / "parts"), "train.pause_after": 3, **compiled})
-    assert pretrain(parts).name == "step-3"
-    resumed = pretrain(parts, resume="auto")
-    assert step_losses(tmp_path / "parts") == losses
+    paused_cfg = tiny_config(**{"train.run_dir": str(tmp_path / "paused"), "train.pause_after": 3, **compiled})
+    assert pretrain(paused_cfg).name == "step-3"
+    resumed = pretrain(paused_cfg, resume="auto")
+    assert step_losses(tmp_path / "paused") == losses
     a, b = weights(whole), weights(resumed)
     for key in a:
         assert torch.equal(a[key], b[key]), key
@@ -240,19 +240,19 @@ def test_a_step_with_finite_loss_but_non_finite_gradients_is_skipped(tiny_config
     import time
 
     from mlmtrain.runtime.distributed import DistContext
-    from mlmtrain.train.step import build_parts, train_step
+    from mlmtrain.train.step import build_setup, train_step
 
-    parts = build_parts(tiny_config(), DistContext(device=torch.device("cpu")))
-    weight = parts.mlm.bert.encoder.layer[0].attention.self.query.weight
+    setup = build_setup(tiny_config(), DistContext(device=torch.device("cpu")))
+    weight = setup.mlm.bert.encoder.layer[0].attention.self.query.weight
     poison = weight.register_hook(lambda grad: grad * float("nan"))
-    before = {name: p.detach().clone() for name, p in parts.mlm.named_parameters()}
-    result = train_step(parts, [next(parts.batches)], clock=time.perf_counter)
+    before = {name: p.detach().clone() for name, p in setup.mlm.named_parameters()}
+    result = train_step(setup, [next(setup.batches)], clock=time.perf_counter)
     assert result.skipped and math.isfinite(result.loss) and math.isnan(result.grad_norm)
-    assert (parts.state.step, parts.state.nonfinite_in_row, parts.state.nonfinite_total) == (0, 1, 1)
-    assert all(torch.equal(p, before[name]) for name, p in parts.mlm.named_parameters())
+    assert (setup.state.step, setup.state.nonfinite_in_row, setup.state.nonfinite_total) == (0, 1, 1)
+    assert all(torch.equal(p, before[name]) for name, p in setup.mlm.named_parameters())
     poison.remove()
-    result = train_step(parts, [next(parts.batches)], clock=time.perf_counter)
+    result = train_step(setup, [next(setup.batches)], clock=time.perf_counter)
     assert not result.skipped and math.isfinite(result.grad_norm)
-    assert (parts.state.step, parts.state.nonfinite_in_row, parts.state.nonfinite_total) == (1, 0, 1)
-    assert all(torch.isfinite(p).all() for p in parts.mlm.parameters())
+    assert (setup.state.step, setup.state.nonfinite_in_row, setup.state.nonfinite_total) == (1, 0, 1)
+    assert all(torch.isfinite(p).all() for p in setup.mlm.parameters())
     assert not torch.equal(weight, before["bert.encoder.layer.0.attention.self.query.weight"])
