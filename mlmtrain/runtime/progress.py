@@ -97,6 +97,9 @@ class Reporter:
             return
         if run_dir is not None:
             run_dir.mkdir(parents=True, exist_ok=True)
+            # the trackers first: one that cannot start (a refused store, no login) leaves no metrics.jsonl, so the
+            # folder still holds no run and the same command runs once that is fixed
+            self._trackers = open_trackers(trackers, run_dir, params or {}) if trackers else []
             self._metrics = _MetricsFile(run_dir / "metrics.jsonl", self.message)
         if show_bar and _is_terminal(sys.stderr):
             self._bar = tqdm(
@@ -104,12 +107,6 @@ class Reporter:
             )
         elif show_bar:  # a log file (nohup, a scheduler): a bar redrawn 10 times a second would fill it
             self._plain = _PlainProgress(total_steps, initial_step, plain_every_s)
-        if trackers and run_dir is not None:
-            try:
-                self._trackers = open_trackers(trackers, run_dir, params or {})
-            except BaseException:
-                self.close()  # the metrics file and the bar, before the one-line error
-                raise
 
     def advance(self, step: int, loss: float, lr: float, tokens_per_s: float) -> None:
         """Move the bar to `step` and show the latest figures (ETA comes from the bar)."""

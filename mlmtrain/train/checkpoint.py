@@ -123,7 +123,7 @@ def save_checkpoint(
     # named after this process and a random suffix: never the name of something already there
     writer = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staging = root / f".tmp-step-{step}-{writer}"
-    pooler_source = base_folder(cfg.model.init_from) if cfg.model.init_from else None  # the base's pooler stays
+    pooler_source = _base_for_pooler(cfg)
     try:
         staging.mkdir()
         model.save_pretrained(str(staging), safe_serialization=True)
@@ -160,6 +160,17 @@ def save_checkpoint(
         ) from error
     _point_latest(root, final)
     return final
+
+
+def _base_for_pooler(cfg: Config) -> Optional[Path]:
+    """The base's folder (model.init_from), whose pooler a checkpoint keeps; None without a base, or when it cannot be
+    found any more (moved during the run, the Hub unreachable): the checkpoint is saved all the same."""
+    if not cfg.model.init_from:
+        return None
+    try:
+        return base_folder(cfg.model.init_from)
+    except UserError:
+        return None
 
 
 def _write_record(staging: Path, step: int, metrics: Optional[dict[str, Any]]) -> None:
@@ -606,6 +617,11 @@ def saved_pair_objective(folder: Path) -> str:
 
 def other_tokenizer_message(folder: Path, cfg: Config) -> str:
     """Why a resume with this tokenizer cannot work, and the way back: the checkpoint's own tokenizer."""
+    if cfg.model.init_from:  # the tokenizer is the base's (extended or not): the run's own settings make it again
+        return (
+            f"{folder} was trained with another tokenizer than the one {cfg.model.init_from} (model.init_from) and "
+            "these tokenizer settings make; resume with that run's config: --config RUN_DIR/mlmtrain.yaml"
+        )
     return (
         f"{folder} was trained with another tokenizer than {cfg.tokenizer_dir} (tokenizer.path); resume with the "
         f"tokenizer of that run: --set tokenizer.pretrained={folder}"

@@ -21,6 +21,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.runtime.files import check_writable_folder
 from mlmtrain.runtime.progress import say
 from mlmtrain.train import checkpoint as ckpt
+from mlmtrain.train.init_from import check_added_words_file
 
 _EVENT_FILE = re.compile(r"^events\.out\.tfevents\.")  # the name TensorBoard's writer gives its log files
 
@@ -96,6 +97,7 @@ def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool, cfg: Co
             f"{checkpoints} is a link to {os.readlink(checkpoints)}, which does not exist, where checkpoints go; "
             "create that folder or remove the link, then run again",
         )
+    check_added_words_file(cfg, run_dir)  # before anything of the old run is removed
     holds_run = (run_dir / "metrics.jsonl").exists() or checkpoints.exists() or checkpoints.is_symlink()
     if holds_run and overwrite:
         _remove_the_old_run(run_dir)

@@ -118,8 +118,8 @@ def resolve_init_from(cfg: Config, check_weights: bool = True) -> None:
         return
     if cfg.train.objective != "mlm":
         raise _refuse(
-            f"is set with train.objective {cfg.train.objective}; starting ELECTRA from existing models is not "
-            "supported: drop model.init_from or use train.objective: mlm"
+            f"is set with train.objective {cfg.train.objective}; starting {cfg.train.objective} from an existing "
+            "model is not supported: drop model.init_from or use train.objective: mlm"
         )
     config = check_base(name) if check_weights else _base_config(base_folder(name), name)
     _take_shape(cfg.model, config, name)
@@ -205,6 +205,7 @@ def load_base_model(cfg: Config) -> Any:
 
 
 ADDED_WORDS = "added_words.txt"  # beside the run: the words tokenizer.extend_vocab added, one a line, in id order
+ADDED_WORDS_HEADER = "# the words tokenizer.extend_vocab added to the base's vocabulary, written by mlmtrain\n"
 
 
 def added_words(cfg: Config) -> list[str]:
@@ -218,7 +219,25 @@ def write_added_words(cfg: Config, run_dir: Path) -> None:
     """RUN_DIR/added_words.txt, when the run's tokenizer has words tokenizer.extend_vocab added."""
     words = added_words(cfg)
     if words:
-        (run_dir / ADDED_WORDS).write_text("".join(word + "\n" for word in words), encoding="utf-8")
+        text = ADDED_WORDS_HEADER + "".join(word + "\n" for word in words)
+        (run_dir / ADDED_WORDS).write_text(text, encoding="utf-8")
+
+
+def check_added_words_file(cfg: Config, run_dir: Path) -> None:
+    """UserError when a run that extends the vocabulary would replace an added_words.txt mlmtrain did not write."""
+    path = Path(run_dir) / ADDED_WORDS
+    if not cfg.tokenizer.extend_vocab or not (path.exists() or path.is_symlink()):
+        return
+    try:
+        ours = not path.is_symlink() and path.read_text(encoding="utf-8").startswith(ADDED_WORDS_HEADER)
+    except (OSError, UnicodeDecodeError):
+        ours = False
+    if not ours:
+        raise UserError(
+            "run",
+            f"{path} is not the list of added words mlmtrain writes there (tokenizer.extend_vocab), and this run would "
+            "replace it; move or rename it, or choose another train.run_dir",
+        )
 
 
 def add_word_rows(model: Any, cfg: Config) -> None:

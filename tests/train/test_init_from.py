@@ -289,7 +289,7 @@ def test_extend_vocab_adds_the_frequent_split_words_with_mean_initialised_rows(
         assert torch.allclose(bias[first_new + offset], original.cls.predictions.decoder.bias[pieces].mean())
     assert torch.equal(rows[:first_new], original.get_input_embeddings().weight)  # the base's rows are untouched
     final = pretrain(cfg)
-    assert (tmp_path / "run" / "added_words.txt").read_text().split() == ["wonderland", "rabbit"]
+    assert (tmp_path / "run" / "added_words.txt").read_text().splitlines()[1:] == ["wonderland", "rabbit"]
     assert len(AutoTokenizer.from_pretrained(str(final))) == first_new + 2
     assert json.loads((final / "config.json").read_text())["vocab_size"] == first_new + 2
     # a resume keeps the extended tokenizer (it is current for this corpus) and the checkpoint's rows
@@ -348,3 +348,26 @@ def test_a_base_with_a_pooler_keeps_it_in_every_checkpoint(tiny_data: Path, tmp_
     original = load_file(str(base / "model.safetensors"))
     for name in ("bert.pooler.dense.weight", "bert.pooler.dense.bias"):
         assert torch.equal(saved[name], original[name]), name
+
+
+def test_an_added_words_file_of_yours_is_never_replaced(
+    base: Path, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """RUN_DIR/added_words.txt is mlmtrain's name for its list; a file of the user's there stays as it was."""
+    (tmp_path / "new.txt").write_text("wonderland rabbit wonderland rabbit tea\n" * 20)
+    (tmp_path / "run").mkdir()
+    notes = tmp_path / "run" / "added_words.txt"
+    notes.write_text("MY OWN NOTES\n")
+    extra = {"data.train": str(tmp_path / "new.txt"), "tokenizer.extend_vocab": 3, "train.max_steps": 2}
+    options = continue_options(tiny_data, base, tmp_path, **extra)
+    code, lines = run_cli(capsys, "pretrain", *[arg for pair in options for arg in ("--set", pair)])
+    assert code == 2
+    assert_one_error_line(lines, "run", "is not the list of added words mlmtrain writes there")
+    assert notes.read_text() == "MY OWN NOTES\n" and not (tmp_path / "tokens").exists()
+
+
+@pytest.mark.parametrize("objective", ["electra", "mlm+nsp", "mlm+sop"])
+def test_an_objective_other_than_mlm_is_refused_by_its_name(base: Path, objective: str) -> None:
+    cfg = load_config(None, [f"model.init_from={base}", f"train.objective={objective}"])
+    with pytest.raises(UserError, match=f"starting {objective.replace('+', '[+]')} from an existing model"):
+        resolve_init_from(cfg)

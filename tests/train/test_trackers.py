@@ -183,3 +183,18 @@ def test_a_tracker_that_fails_mid_run_is_dropped_with_one_warning(tmp_path: Path
     assert len(warnings) == 1
     logged = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert logged == [1, 2, 3]
+
+
+@pytest.mark.skipif("mlflow" not in INSTALLED, reason="mlflow is not installed")
+def test_a_tracker_that_cannot_start_leaves_no_run_behind(tiny_data: Path, tmp_path: Path, monkeypatch) -> None:
+    """MLflow 3 refuses a plain folder store without MLFLOW_ALLOW_FILE_STORE: one line, and the same command runs
+    once that is set (the folder was not left looking like a run that needs --resume or --overwrite)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    run_dir = tmp_path / "run"
+    cfg = load_config(None, tiny_overrides(tiny_data, **{"train.run_dir": run_dir, "train.trackers": "[mlflow]"}))
+    with pytest.raises(UserError, match="mlflow could not start"):
+        pretrain(cfg)
+    assert not (run_dir / "metrics.jsonl").exists()
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    assert pretrain(cfg).name == "step-10"
