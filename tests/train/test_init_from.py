@@ -230,7 +230,7 @@ BAD_KEYS = {
     "positions": ({"data.seq_len": 128}, "beyond the 64 positions"),
     "new-vocabulary": ({"tokenizer.vocab_size": 500}, "would train a new WordPiece vocabulary"),
     "other-tokenizer": ({"tokenizer.pretrained": "bert-base-uncased"}, "drop tokenizer.pretrained"),
-    "electra": ({"train.objective": "electra"}, "ELECTRA"),
+    "electra": ({"train.objective": "electra"}, "starting electra from an existing model is not supported"),
 }
 
 
