@@ -40,19 +40,23 @@ def _base_pooler(config: Any) -> Optional[tuple[str, dict[str, torch.Size]]]:
     return base.base_model_prefix, {f"pooler.{name}": value.shape for name, value in pooler.state_dict().items()}
 
 
+def _weight_map(folder: Path) -> dict[str, str]:
+    """Tensor name -> shard file of a sharded folder's index; {} for a folder with one weights file."""
+    index = folder / WEIGHTS_INDEX
+    return json.loads(index.read_text(encoding="utf-8"))["weight_map"] if index.is_file() else {}
+
+
 def _saved_names(folder: Path) -> list[str]:
     """The tensor names in a folder's safetensors weights (one file, or the shards its index lists)."""
-    index = folder / WEIGHTS_INDEX
-    if index.is_file():
-        return list(json.loads(index.read_text(encoding="utf-8"))["weight_map"])
+    if (folder / WEIGHTS_INDEX).is_file():
+        return list(_weight_map(folder))
     with safe_open(str(folder / WEIGHTS), "pt") as weights:
         return list(weights.keys())
 
 
 def _saved_dtype(folder: Path, names: list[str]) -> torch.dtype:
     """The dtype of the saved floating-point weights: the pooler is stored like the rest of them."""
-    index = folder / WEIGHTS_INDEX
-    weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"] if index.is_file() else {}
+    weight_map = _weight_map(folder)
     for name in names:
         with safe_open(str(folder / weight_map.get(name, WEIGHTS)), "pt") as weights:
             dtype = weights.get_slice(name).get_dtype()
@@ -106,9 +110,7 @@ def _source_pooler(source: Path, prefix: str, shapes: dict[str, torch.Size]) -> 
     source = Path(source)
     if not (source / WEIGHTS).is_file() and not (source / WEIGHTS_INDEX).is_file():
         return None
-    names = set(_saved_names(source))
-    index = source / WEIGHTS_INDEX
-    weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"] if index.is_file() else {}
+    names, weight_map = set(_saved_names(source)), _weight_map(source)
     found = {}
     for name, shape in shapes.items():
         stored = next((n for n in (f"{prefix}.{name}", name) if n in names), None)
