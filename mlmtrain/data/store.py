@@ -289,7 +289,9 @@ def tokenizer_plan(cfg: Config, train_corpus: Any) -> tuple[str, dict[str, Any]]
     return "train", settings
 
 
-def planned_tokenizer_fingerprint(cfg: Config, train_corpus: Any) -> Optional[str]:
+def planned_tokenizer_fingerprint(
+    cfg: Config, train_corpus: Any, tokenizer_source: Optional[Path] = None
+) -> Optional[str]:
     """The fingerprint of the tokenizer `prepare_tokenizer` will hand back; None when it would train a new one
     (WordPiece training is not bit-reproducible, so that fingerprint cannot be known ahead), or extend one."""
     from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
@@ -297,25 +299,28 @@ def planned_tokenizer_fingerprint(cfg: Config, train_corpus: Any) -> Optional[st
     action, _ = tokenizer_plan(cfg, train_corpus)
     if action in ("train", "extend"):
         return None
-    return tokenizer_fingerprint(load_tokenizer(cfg.tokenizer.pretrained if action == "copy" else cfg.tokenizer_dir))
+    copied = tokenizer_source or cfg.tokenizer.pretrained
+    return tokenizer_fingerprint(load_tokenizer(copied if action == "copy" else cfg.tokenizer_dir))
 
 
-def prepare_tokenizer(cfg: Config, train_corpus: Any) -> Any:
+def prepare_tokenizer(cfg: Config, train_corpus: Any, tokenizer_source: Optional[Path] = None) -> Any:
     """The tokenizer for this config: reused when it is already there and current, else trained and saved.
+    A copy of tokenizer.pretrained is read from `tokenizer_source` when given (the checkpoint a run of
+    model.init_from resumes holds the base's tokenizer; the base may be gone), recorded under the same name.
 
     Returns a transformers fast tokenizer loaded from `cfg.tokenizer_dir`. Another mlmtrain building the same
     folder is waited for (WordPiece training is not reproducible: two would make two different tokenizers).
     """
     folder = cfg.tokenizer_dir
     with building(folder, "tokenizer", "tokenizer.path", _waiting_for("the tokenizer", folder)):
-        return _prepare_tokenizer(cfg, train_corpus)
+        return _prepare_tokenizer(cfg, train_corpus, tokenizer_source)
 
 
 def _waiting_for(what: str, folder: Path) -> Callable[[], None]:
     return lambda: say(f"another mlmtrain is building {what} in {folder}; waiting for it to finish")
 
 
-def _prepare_tokenizer(cfg: Config, train_corpus: Any) -> Any:
+def _prepare_tokenizer(cfg: Config, train_corpus: Any, tokenizer_source: Optional[Path]) -> Any:
     from mlmtrain.data.tokenizer import (
         TOKENIZER_FILES,
         TOKENIZER_META,
@@ -339,8 +344,8 @@ def _prepare_tokenizer(cfg: Config, train_corpus: Any) -> Any:
     # refuse a folder that is not ours before the slow part, not after it
     check_replaceable(folder, TOKENIZER_META, TOKENIZER_FILES, "tokenizer", "tokenizer.path")
     if action == "copy":
-        copy_tokenizer(load_tokenizer(cfg.tokenizer.pretrained), folder, record)
-        say(f"tokenizer: copied {cfg.tokenizer.pretrained} to {folder}")
+        copy_tokenizer(load_tokenizer(tokenizer_source or cfg.tokenizer.pretrained), folder, record)
+        say(f"tokenizer: copied {tokenizer_source or cfg.tokenizer.pretrained} to {folder}")
         return load_tokenizer(folder)
     if action == "extend":
         base, name = load_tokenizer(cfg.tokenizer.pretrained), cfg.tokenizer.pretrained
@@ -362,23 +367,24 @@ def _prepare_tokenizer(cfg: Config, train_corpus: Any) -> Any:
     return load_tokenizer(folder)
 
 
-def tokenize_corpus(cfg: Config, quiet: bool = False) -> Path:
-    """`mlmtrain tokenize`: train (or reuse) the tokenizer, then encode train and validation into the store."""
+def tokenize_corpus(cfg: Config, quiet: bool = False, tokenizer_source: Optional[Path] = None) -> Path:
+    """`mlmtrain tokenize`: train (or reuse) the tokenizer, then encode train and validation into the store
+    (`tokenizer_source`: as for `prepare_tokenizer`)."""
     target = cfg.store_dir
     # a store folder that is not ours is refused before the tokenizer is trained, and never replaced
     check_replaceable(target, "meta.json", STORE_FILES, "data", "data.store")
     # two runs sharing one store (a sweep) build it once: the second waits, then finds it up to date
     with building(target, "data", "data.store", _waiting_for("the token store", target)):
-        return _tokenize_corpus(cfg, target, quiet)
+        return _tokenize_corpus(cfg, target, quiet, tokenizer_source)
 
 
-def _tokenize_corpus(cfg: Config, target: Path, quiet: bool) -> Path:
+def _tokenize_corpus(cfg: Config, target: Path, quiet: bool, tokenizer_source: Optional[Path]) -> Path:
     from mlmtrain.data.sources import corpus_splits
     from mlmtrain.data.tokenizer import tokenizer_fingerprint
 
     started = time.perf_counter()
     train_corpus, valid_corpus = corpus_splits(cfg.data)
-    tokenizer = prepare_tokenizer(cfg, train_corpus)
+    tokenizer = prepare_tokenizer(cfg, train_corpus, tokenizer_source)
     fingerprint = tokenizer_fingerprint(tokenizer)
     sources = {"train": train_corpus.fingerprint(), "validation": valid_corpus.fingerprint()}
     if store_is_current(target, fingerprint, sources):

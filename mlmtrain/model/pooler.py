@@ -1,7 +1,7 @@
 """The pooler a saved model folder lacks: `BertForMaskedLM` has none, so `AutoModel` and
 `AutoModelForSequenceClassification` would initialise `pooler.dense` at random on every load (two loads of one
 checkpoint would differ). `add_pooler` writes it into the folder's weights: the base's pooler for a run that
-continues a model with one (`model.init_from`), else one drawn from the run's seed.
+continues a model with one (`model.init_from`, read once by `read_pooler`), else one drawn from the run's seed.
 
 A model that already has a pooler (one an objective trains, a fine-tuned classifier) is left as it is, and so is a
 model type whose base model has none (ELECTRA).
@@ -78,9 +78,9 @@ def pooler_tensors(shapes: dict[str, torch.Size], std: float, seed: int, dtype: 
     return tensors
 
 
-def add_pooler(folder: Path, seed: int, source: Optional[Path] = None) -> bool:
+def add_pooler(folder: Path, seed: int, kept: Optional[dict[str, torch.Tensor]] = None) -> bool:
     """Write pooler weights into the Hugging Face model folder `folder` when its model type has a pooler and its
-    weights hold none: those of the model folder `source` (the base a run continues) where it has them, else drawn
+    weights hold none: `kept` (`read_pooler` of the base a run continues) where it has the shapes wanted, else drawn
     from `seed`; True when it wrote them."""
     from transformers import AutoConfig
 
@@ -98,10 +98,19 @@ def add_pooler(folder: Path, seed: int, source: Optional[Path] = None) -> bool:
     # the saved model's keys name the base model by its prefix (bert.encoder...) unless it is the base model itself
     lead = f"{prefix}." if any(name.startswith(f"{prefix}.") for name in names) else ""
     dtype = _saved_dtype(folder, names)
-    kept = _source_pooler(source, prefix, shapes) if source is not None else None
-    fresh = kept or pooler_tensors(shapes, getattr(config, "initializer_range", 0.02), seed, dtype)
-    _write_tensors(folder, {lead + name: value.to(dtype) for name, value in fresh.items()})
+    if kept is None or {name: value.shape for name, value in kept.items()} != shapes:
+        kept = pooler_tensors(shapes, getattr(config, "initializer_range", 0.02), seed, dtype)
+    _write_tensors(folder, {lead + name: value.to(dtype) for name, value in kept.items()})
     return True
+
+
+def read_pooler(source: Path) -> Optional[dict[str, torch.Tensor]]:
+    """The pooler tensors of the model folder `source` by their names in its base model (pooler.dense.weight, ...),
+    None when it has none (a model type without one, other weights)."""
+    from transformers import AutoConfig
+
+    found = _base_pooler(AutoConfig.from_pretrained(str(source)))
+    return _source_pooler(Path(source), *found) if found is not None else None
 
 
 def _source_pooler(source: Path, prefix: str, shapes: dict[str, torch.Size]) -> Optional[dict[str, torch.Tensor]]:

@@ -31,7 +31,6 @@ from mlmtrain.errors import UserError, first_line, loader_worker_died
 from mlmtrain.model.pooler import add_pooler
 from mlmtrain.runtime.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.runtime.files import remove_dead_leftovers, write_failure
-from mlmtrain.train.init_from import base_folder
 from mlmtrain.train.model_card import write_model_card
 
 COMPLETE = "COMPLETE"
@@ -104,8 +103,10 @@ def save_checkpoint(
     cfg: Config,
     state: dict[str, Any],
     metrics: Optional[dict[str, Any]] = None,
+    pooler: Optional[dict[str, torch.Tensor]] = None,
 ) -> Path:
-    """Write checkpoint step-N atomically, point `latest` at it and return its folder.
+    """Write checkpoint step-N atomically, point `latest` at it and return its folder; `pooler` is the one its
+    model keeps (`kept_pooler`: a base's), else one is drawn from the run's seed.
 
     On a write error (disk full, permissions) the temporary folder is removed and a UserError says so;
     the checkpoints written before stay as they were.
@@ -123,7 +124,6 @@ def save_checkpoint(
     # named after this process and a random suffix: never the name of something already there
     writer = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staging = root / f".tmp-step-{step}-{writer}"
-    pooler_source = _base_for_pooler(cfg)
     try:
         staging.mkdir()
         model.save_pretrained(str(staging), safe_serialization=True)
@@ -131,7 +131,7 @@ def save_checkpoint(
         model_folders = [*(c.parent for c in staging.glob("*/config.json")), staging]
         for model_folder in model_folders:
             save_tokenizer_files(tokenizer, model_folder)
-            add_pooler(model_folder, cfg.train.seed, pooler_source)  # AutoModel then loads no random pooler
+            add_pooler(model_folder, cfg.train.seed, pooler)  # AutoModel then loads no random pooler
         save_config(cfg, staging)
         write_model_card(staging, cfg, step, metrics or {}, state, run_dir)
         torch.save(state, staging / STATE_FILE)
@@ -160,17 +160,6 @@ def save_checkpoint(
         ) from error
     _point_latest(root, final)
     return final
-
-
-def _base_for_pooler(cfg: Config) -> Optional[Path]:
-    """The base's folder (model.init_from), whose pooler a checkpoint keeps; None without a base, or when it cannot be
-    found any more (moved during the run, the Hub unreachable): the checkpoint is saved all the same."""
-    if not cfg.model.init_from:
-        return None
-    try:
-        return base_folder(cfg.model.init_from)
-    except UserError:
-        return None
 
 
 def _write_record(staging: Path, step: int, metrics: Optional[dict[str, Any]]) -> None:

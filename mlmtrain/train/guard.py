@@ -21,7 +21,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.runtime.files import check_writable_folder
 from mlmtrain.runtime.progress import say
 from mlmtrain.train import checkpoint as ckpt
-from mlmtrain.train.init_from import check_added_words_file
+from mlmtrain.train.init_from import check_added_words_file, resumed_base
 
 _EVENT_FILE = re.compile(r"^events\.out\.tfevents\.")  # the name TensorBoard's writer gives its log files
 
@@ -200,7 +200,7 @@ def check_before_start(cfg: Config, device: torch.device, resume_from: Optional[
 
     # WordPiece training is not bit-reproducible: a tokenizer trained again would not be the checkpoint's, so a
     # resume that needs one is refused now, while the run's tokenizer and store are still intact.
-    planned = planned_tokenizer_fingerprint(cfg, corpus_splits(cfg.data)[0])
+    planned = planned_tokenizer_fingerprint(cfg, corpus_splits(cfg.data)[0], resumed_base(cfg, resume_from))
     if planned is None:
         raise UserError(
             "checkpoint",

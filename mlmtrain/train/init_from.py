@@ -1,6 +1,7 @@
 """Starting from an existing masked LM (`model.init_from`): find the base (a folder or a hub name), check it is a BERT
 masked LM with a usable tokenizer, fill the config's model shape and tokenizer from it (`resolve_init_from`), and
-load its weights for a fresh run (`load_base_model`).
+load its weights for a fresh run (`load_base_model`). A resumed run of a base (`resumed_base`) takes all of that from
+the checkpoint it resumes, so the base may have moved or the Hub be out of reach.
 
 The base's shape, weights and tokenizer win: shape keys left at their defaults take the base's values, a shape key
 set to another value is refused, dropout keys may be set. Optimizer and schedule start fresh.
@@ -110,9 +111,32 @@ def check_base(name: str) -> dict[str, Any]:
     return config
 
 
-def resolve_init_from(cfg: Config, check_weights: bool = True) -> None:
+def resumed_base(cfg: Config, resume_from: Optional[Path]) -> Optional[Path]:
+    """The checkpoint that stands in for model.init_from's base when a run of that base resumes from it: its
+    config.json has the base's shape, its tokenizer and pooler are the run's. None when there is no such resume,
+    or when the checkpoint's mlmtrain.yaml names another base or none (an older mlmtrain's): the base is read."""
+    if not cfg.model.init_from or resume_from is None:
+        return None
+    try:
+        saved = read_yaml(Path(resume_from) / "mlmtrain.yaml").get("model")
+    except UserError:  # no such file, or a damaged one
+        return None
+    return Path(resume_from) if isinstance(saved, dict) and saved.get("init_from") == cfg.model.init_from else None
+
+
+def _resumed_config(folder: Path, name: str) -> dict[str, Any]:
+    """`_base_config` of a resumed checkpoint (`resumed_base`), with the base's vocabulary size as its mlmtrain.yaml
+    records it (tokenizer.extend_vocab may have added rows since)."""
+    config = _base_config(folder, name)
+    tokenizer = read_yaml(folder / "mlmtrain.yaml").get("tokenizer")
+    rows = tokenizer.get("vocab_size") if isinstance(tokenizer, dict) else None
+    return {**config, "vocab_size": rows} if isinstance(rows, int) and not isinstance(rows, bool) else config
+
+
+def resolve_init_from(cfg: Config, check_weights: bool = True, resumed: Optional[Path] = None) -> None:
     """Fill `cfg` from the base named by model.init_from (nothing when it is null): the model's shape and the
-    tokenizer are the base's, a conflicting key is refused. `check_weights` false reads the base's config only."""
+    tokenizer are the base's, a conflicting key is refused. `check_weights` false reads the base's config only;
+    `resumed` (a checkpoint of this run, `resumed_base`) is read instead of the base, which is not opened."""
     name = cfg.model.init_from
     if not name:
         return
@@ -121,10 +145,13 @@ def resolve_init_from(cfg: Config, check_weights: bool = True) -> None:
             f"is set with train.objective {cfg.train.objective}; starting {cfg.train.objective} from an existing "
             "model is not supported: drop model.init_from or use train.objective: mlm"
         )
-    config = check_base(name) if check_weights else _base_config(base_folder(name), name)
+    if resumed is not None:
+        config = _resumed_config(resumed, name)
+    else:
+        config = check_base(name) if check_weights else _base_config(base_folder(name), name)
     _take_shape(cfg.model, config, name)
     _take_tokenizer(cfg.tokenizer, config, name)
-    if cfg.tokenizer.extend_vocab:
+    if cfg.tokenizer.extend_vocab and resumed is None:  # a resume's tokenizer is the checkpoint's, extended already
         from mlmtrain.data.tokenizer import extendable_vocab, load_tokenizer
 
         extendable_vocab(load_tokenizer(name), name)  # a tokenizer that cannot be extended is refused now
@@ -184,6 +211,23 @@ def _take_tokenizer(tokenizer: TokenizerConfig, config: dict[str, Any], name: st
             )
     tokenizer.pretrained = name
     tokenizer.vocab_size = config["vocab_size"]
+
+
+def kept_pooler(cfg: Config, resume_from: Optional[Path]) -> Optional[dict[str, torch.Tensor]]:
+    """The pooler every checkpoint of a model.init_from run keeps, read once at the start (the folder may go away
+    during the run): the resumed checkpoint's (`resumed_base`), which kept it, else the base's; None without a base,
+    or when it has none (checkpoints then draw one from the run's seed)."""
+    from mlmtrain.model.pooler import read_pooler
+
+    if not cfg.model.init_from:
+        return None
+    source = resumed_base(cfg, resume_from)
+    if source is None:
+        try:
+            source = base_folder(cfg.model.init_from)
+        except UserError:  # an older checkpoint resumed without its base: the pooler drawn from the seed
+            return None
+    return read_pooler(source)
 
 
 def load_base_model(cfg: Config) -> Any:

@@ -28,7 +28,13 @@ from mlmtrain.runtime.progress import Reporter, say
 from mlmtrain.runtime.trackers import check_trackers
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train.guard import RunLock, StopRequested, check_before_start, claim_run_dir
-from mlmtrain.train.init_from import resolve_init_from, second_phase_note, write_added_words
+from mlmtrain.train.init_from import (
+    kept_pooler,
+    resolve_init_from,
+    resumed_base,
+    second_phase_note,
+    write_added_words,
+)
 from mlmtrain.train.objective import evaluate_trained
 from mlmtrain.train.step import (
     StepResult,
@@ -43,7 +49,13 @@ from mlmtrain.train.step import (
 
 def pretrain(cfg: Config, resume: Optional[str] = None, overwrite: bool = False) -> Path:
     """`mlmtrain pretrain`: returns the folder of the final checkpoint."""
-    resolve_init_from(cfg)  # a base that cannot be used is refused before anything is written
+    if resume is not None and overwrite:
+        raise UserError(
+            "argument", "--resume and --overwrite contradict each other (--overwrite deletes the run); drop one"
+        )
+    # a mistyped folder fails now; a resumed init_from run reads its checkpoint, not the base (which may be gone)
+    resume_from = ckpt.resolve_resume(Path(cfg.train.run_dir), resume) if resume is not None else None
+    resolve_init_from(cfg, resumed=resumed_base(cfg, resume_from))  # an unusable base is refused before any write
     ctx = init_distributed(cfg.train.device)
     try:
         return _pretrain(cfg, ctx, resume, overwrite)
@@ -53,12 +65,6 @@ def pretrain(cfg: Config, resume: Optional[str] = None, overwrite: bool = False)
 
 def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: bool) -> Path:
     run_dir = Path(cfg.train.run_dir)
-    if resume is not None and overwrite:
-        raise UserError(
-            "argument", "--resume and --overwrite contradict each other (--overwrite deletes the run); drop one"
-        )
-    if resume not in (None, "auto"):
-        ckpt.resolve_resume(run_dir, resume)  # a mistyped folder fails now, not after tokenizing
     # Rank 0 alone locks, checks and tokenizes; on_main shares its verdict, so a refusal stops every rank at once.
     on_main(ctx, lambda: check_trackers(cfg.train.active_trackers, cfg.train.tensorboard))  # before any work
     task = on_main(ctx, lambda: live_task(cfg.probe))  # a bad probe task fails before anything is written
@@ -72,7 +78,7 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
         if note and ctx.is_main:
             say(note)
         with interrupt_on_sigterm():  # tokenizing and set-up: SIGTERM says "interrupted" like Ctrl-C
-            on_main(ctx, lambda: _ensure_data(cfg))
+            on_main(ctx, lambda: _ensure_data(cfg, resumed_base(cfg, resume_from)))
             if ctx.is_main and resume == "auto" and resume_from is None:
                 say(f"no checkpoint in {run_dir}; starting a new run")
             with reproducible_compile(cfg, ctx.device):
@@ -112,15 +118,16 @@ def _stopped_from_outside(error: RuntimeError, run_dir: Path) -> UserError:
     )
 
 
-def _ensure_data(cfg: Config) -> None:
-    """Tokenize first when the store is missing or stale, so one command does the whole job (rank 0 only)."""
+def _ensure_data(cfg: Config, tokenizer_source: Optional[Path]) -> None:
+    """Tokenize first when the store is missing or stale, so one command does the whole job (rank 0 only);
+    `tokenizer_source` (a resumed checkpoint) stands in for tokenizer.pretrained."""
     if cfg.data.use_store:
-        tokenize_corpus(cfg)
+        tokenize_corpus(cfg, tokenizer_source=tokenizer_source)
     else:
         from mlmtrain.data.sources import corpus_splits
         from mlmtrain.data.store import prepare_tokenizer
 
-        prepare_tokenizer(cfg, corpus_splits(cfg.data)[0])
+        prepare_tokenizer(cfg, corpus_splits(cfg.data)[0], tokenizer_source)
 
 
 def eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
@@ -154,7 +161,8 @@ def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Pat
         _announce(setup, run_dir, resume_from)
     if resume_from is not None:
         on_main(ctx, lambda: _set_aside_later(run_dir, setup.state.step, resume_from))
-    return Loop(setup, run_dir, validation, probe).run()
+    pooler = kept_pooler(cfg, resume_from) if ctx.is_main else None  # rank 0 alone saves
+    return Loop(setup, run_dir, validation, probe, pooler).run()
 
 
 def _set_aside_later(run_dir: Path, step: int, resumed: Path) -> None:
@@ -204,9 +212,17 @@ def _announce(setup: TrainingSetup, run_dir: Path, resume_from: Optional[Path]) 
 class Loop:
     """The training loop and its cadence (log, evaluate, checkpoint); `run` reads top to bottom."""
 
-    def __init__(self, setup: TrainingSetup, run_dir: Path, eval_set: Any, probe: Optional[LiveProbe] = None) -> None:
+    def __init__(
+        self,
+        setup: TrainingSetup,
+        run_dir: Path,
+        eval_set: Any,
+        probe: Optional[LiveProbe] = None,
+        pooler: Optional[dict[str, torch.Tensor]] = None,
+    ) -> None:
         self.setup, self.cfg, self.ctx, self.state = setup, setup.cfg, setup.ctx, setup.state
         self.run_dir, self.eval_set, self.live_probe = run_dir, eval_set, probe
+        self.pooler = pooler  # the one each checkpoint keeps (`kept_pooler`; None: drawn from the seed)
         self.probe_s = 0.0  # seconds spent probing: kept off the budget's clock
         self.start_step = setup.state.step  # pause_after applies once: a resumed run goes on past it
         self.last_saved: Optional[Path] = ckpt.latest_checkpoint(run_dir) if self.ctx.is_main else None
@@ -371,6 +387,7 @@ class Loop:
                 self.cfg,
                 training_state,
                 {"tokens": state.tokens, "eval_loss": eval_loss},
+                self.pooler,
             )
             best = self.run_dir / "checkpoints" / f"step-{state.best_step}" if self.cfg.checkpoint.keep_best else None
             for old, foreign in ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, keep=best):

@@ -181,6 +181,55 @@ def test_an_init_from_run_resumes_exactly(base: Path, tiny_data: Path, tmp_path:
         assert torch.equal(a[key], b[key]), key
 
 
+def _domain_corpus(folder: Path) -> Path:
+    """The tiny corpus with two words the base's tokenizer splits into letters (what tokenizer.extend_vocab adds)."""
+    ordinary = write_corpus(folder / "ordinary.txt", 100, seed=3).read_text().splitlines()
+    lines = [f"{line} Wonderland{' rabbit' if i % 2 else ''}." for i, line in enumerate(ordinary)]
+    (folder / "new.txt").write_text("\n".join(lines) + "\n")
+    return folder / "new.txt"
+
+
+@pytest.mark.parametrize("head, extend", [("BertForMaskedLM", 0), ("BertForPreTraining", 3)])
+def test_a_resume_reads_the_checkpoint_not_the_base_which_may_be_gone(
+    head: str, extend: int, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The base's folder renamed away after the first checkpoint: --resume with the run's own mlmtrain.yaml takes
+    the shape, tokenizer and pooler from the checkpoint (which keep_last prunes meanwhile) and ends as the
+    uninterrupted run; a fresh run of the missing base is refused in one line."""
+    from safetensors.torch import load_file
+
+    base = write_base(tmp_path / "models" / "tiny-bert", head=head)
+    original = load_file(str(base / "model.safetensors"))
+    common = {
+        "data.train": str(_domain_corpus(tmp_path)),
+        "tokenizer.extend_vocab": extend,
+        "train.max_steps": 9,
+        "train.eval_every": 3,
+        "checkpoint.save_every": 3,
+        "checkpoint.keep_last": 1,
+    }
+    whole = pretrain(load_config(None, continue_options(tiny_data, base, tmp_path / "whole", **common)))
+    paused = continue_options(tiny_data, base, tmp_path / "paused", **common, **{"train.pause_after": 3})
+    assert pretrain(load_config(None, paused)).name == "step-3"
+    base.rename(base.with_name("moved-away"))
+    run = tmp_path / "paused" / "run"
+    code, lines = run_cli(capsys, "pretrain", "--config", str(run / "mlmtrain.yaml"), "--resume", "auto")
+    assert code == 0, lines
+    assert step_losses(run) == step_losses(tmp_path / "whole" / "run")
+    a, b = weights(whole), weights(run / "checkpoints" / "step-9")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    if head == "BertForPreTraining":  # the base's trained pooler, kept past the resume
+        assert torch.equal(b["bert.pooler.dense.weight"], original["bert.pooler.dense.weight"])
+    assert load_config(run / "mlmtrain.yaml").model.init_from == str(base)  # the run still names its base
+    fresh = continue_options(tiny_data, base, tmp_path / "fresh", **common)
+    code, lines = run_cli(capsys, "pretrain", *[arg for pair in fresh for arg in ("--set", pair)])
+    assert code == 2
+    assert_one_error_line(lines, "config", f"model.init_from {base} does not exist")
+    assert not (tmp_path / "fresh").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input: exit 2, one line, nothing written
 
