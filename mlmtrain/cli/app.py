@@ -113,7 +113,10 @@ def eval_perplexity(
     ),
     overrides: list[str] = SetOption,
     seq_len: Optional[int] = typer.Option(
-        None, "--seq-len", help="Block length; default: the model's training seq_len, or 128."
+        None,
+        "--seq-len",
+        help="Block length; default: data.seq_len of --config (or --set) when it states one, else the model's "
+        "training seq_len, else 128.",
     ),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the fixed masks (default: masking.eval_seed)."),
     batch_size: int = typer.Option(32, "--batch-size", help="Blocks per forward pass."),

@@ -67,6 +67,21 @@ def _checkpoint_seq_len(saved: Optional[Path]) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _states_seq_len(config: Optional[Path], overrides: Union[Sequence[str], dict[str, Any]]) -> bool:
+    """True when --config or --set states data.seq_len (an unstated one is the default, no choice of the user's)."""
+    from mlmtrain.config import apply_override, read_yaml, set_value
+
+    tree = read_yaml(config) if config is not None else {}
+    if isinstance(overrides, dict):
+        for dotted, value in overrides.items():
+            set_value(tree, str(dotted), value)
+    else:
+        for assignment in overrides:
+            apply_override(tree, assignment)
+    data = tree.get("data")
+    return isinstance(data, dict) and "seq_len" in data
+
+
 def _masked_lm_folder(folder: Path) -> Path:
     """`folder`, or the generator of an ELECTRA checkpoint folder (said in one line on stderr)."""
     from mlmtrain.model.electra import generator_folder
@@ -120,6 +135,8 @@ def run_eval_command(
     else:
         corpus, source = corpus_splits(cfg.data)[1], f"the validation split of {config}"
     seq_len_from = "--seq-len"
+    if seq_len is None and _states_seq_len(config, overrides):  # the config's blocks: models compared on the same
+        seq_len, seq_len_from = cfg.data.seq_len, f"data.seq_len of {config}" if config else "data.seq_len"
     if seq_len is None:
         saved = _saved_config(checkpoint)
         seq_len, seq_len_from = _checkpoint_seq_len(saved), f"data.seq_len of {saved}"

@@ -30,7 +30,7 @@ from mlmtrain.evaluate.stats import ratio_interval
 from mlmtrain.model.context import autocast_context, eval_mode, quiet_transformers
 from mlmtrain.runtime.progress import progress_bar
 
-DEFAULT_SEQ_LEN = 128  # block length when neither --seq-len nor the checkpoint's mlmtrain.yaml says otherwise
+DEFAULT_SEQ_LEN = 128  # block length when neither --seq-len, the config, nor the checkpoint's mlmtrain.yaml says
 _ENCODE_DOCUMENTS = 256  # documents per tokenizer call: amortizes the call, keeps the pending text small
 _CHUNK_BATCHES = 32  # forward passes' worth of blocks held at once while streaming
 _WEIGHT_FILES = (

@@ -26,6 +26,7 @@ from mlmtrain.config import Config, DataConfig, MaskingConfig, ModelConfig, Toke
 from mlmtrain.data.masking import MaskingCollator, VocabInfo
 from mlmtrain.data.sources import open_corpus
 from mlmtrain.data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+from mlmtrain.errors import UserError
 from mlmtrain.evaluate.perplexity import PackedBlocks, evaluate_texts
 from mlmtrain.model.bert import MaskedLM, build_model
 from mlmtrain.train.precision import resolve_precision
@@ -163,6 +164,24 @@ def test_config_supplies_the_validation_text_and_masking(tiny, tmp_path, capsys)
     from_data = eval_json(capsys, folder, data=str(text), seed=5)
     assert from_config["seed"] == 5
     assert from_config["perplexity"] == from_data["perplexity"]
+
+
+def test_the_configs_seq_len_packs_the_blocks_unless_seq_len_is_given(tiny, tmp_path, capsys):
+    """A base folder has no mlmtrain.yaml: --config RUN/mlmtrain.yaml packs at the run's data.seq_len, as the run's
+    own evaluations do (so a base and a checkpoint are compared on the same blocks); --seq-len still wins."""
+    folder, _, _, text = tiny
+    base = tmp_path / "base"
+    shutil.copytree(folder, base, ignore=shutil.ignore_patterns("mlmtrain.yaml"))
+    config = tmp_path / "run.yaml"
+    config.write_text(f"data:\n  train: {text}\n  validation: {text}\n  seq_len: 48\n")
+    assert eval_json(capsys, base, config=config)["seq_len"] == 48
+    assert eval_json(capsys, folder, config=config)["seq_len"] == 48  # over the checkpoint's own 32
+    assert eval_json(capsys, base, data=str(text), overrides=["data.seq_len=40"])["seq_len"] == 40
+    assert eval_json(capsys, base, config=config, seq_len=24)["seq_len"] == 24
+    beyond = tmp_path / "long.yaml"
+    beyond.write_text(f"data:\n  validation: {text}\n  seq_len: 100\n")
+    with pytest.raises(UserError, match=f"data.seq_len of {beyond} is 100, beyond the model's 64 positions"):
+        eval_json(capsys, base, config=beyond)
 
 
 def test_the_document_stream_is_read_lazily(tiny):
