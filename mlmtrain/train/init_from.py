@@ -40,12 +40,17 @@ def _refuse(message: str) -> UserError:
     return UserError("config", f"{KEY} {message}")
 
 
-def base_folder(name: str) -> Path:
-    """The local folder of the base: `name` itself, or its hub snapshot (downloaded, or from the cache offline)."""
+def base_on_hub(name: str) -> bool:
+    """True when model.init_from `name` is a Hub repository id, False for a local folder (a path, or on disk)."""
     from mlmtrain.data.tokenizer import looks_like_path
 
+    return not (Path(name).expanduser().exists() or looks_like_path(name))
+
+
+def base_folder(name: str) -> Path:
+    """The local folder of the base: `name` itself, or its hub snapshot (downloaded, or from the cache offline)."""
     path = Path(name).expanduser()
-    if path.exists() or looks_like_path(name):
+    if not base_on_hub(name):
         if not path.is_dir():
             what = "is a file" if path.exists() else "does not exist"
             raise _refuse(f"{name} {what}; pass a model folder (config.json, weights, tokenizer) or a hub name")

@@ -1,6 +1,6 @@
 """The model card of a checkpoint (`README.md`): Hub metadata in YAML front matter (library, pipeline, license,
-datasets, language, tags), then the model's size, its tokenizer, the data, how far it trained, its last validation
-and probe scores, how to load it and the resolved config.
+datasets, language, tags, the base model a continued run started from), then the model's size, its tokenizer,
+the data, how far it trained, its last validation and probe scores, how to load it and the resolved config.
 
 `save_checkpoint` writes it afresh at each save, from the figures it records in checkpoint.json and the run's
 metrics.jsonl. Like every file of a checkpoint it is listed in checkpoint.json with its size and time, so a card a
@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from mlmtrain.config import Config
+from mlmtrain.train.init_from import ADDED_WORDS, added_words, base_on_hub
 
 CARD = "README.md"
 # how the card names the validation and probe figures of metrics.jsonl (others keep their key)
@@ -121,6 +122,8 @@ def _front_matter(cfg: Config, model: dict[str, Any]) -> str:
         meta["datasets"] = datasets
     if languages := _languages(cfg):
         meta["language"] = languages
+    if cfg.model.init_from and base_on_hub(cfg.model.init_from):  # the Hub takes a repository id, never a path
+        meta["base_model"] = cfg.model.init_from
     meta["tags"] = ["mlmtrain", "electra"] if electra else ["mlmtrain", "bert", "fill-mask"]
     return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n"
 
@@ -134,8 +137,19 @@ def _summary(cfg: Config, model: dict[str, Any], folder: Path, step: int) -> str
     return (
         f"# {Path(cfg.train.run_dir).name}, step {step:,}\n\n"
         f"A {model.get('num_hidden_layers')}-layer {model.get('model_type', 'bert').upper()} encoder pretrained "
-        f"{objective} by mlmtrain, {_parameters(folder):,} parameters.\n"
+        f"{objective} by mlmtrain, {_parameters(folder):,} parameters.{_continued(cfg)}\n"
     )
+
+
+def _continued(cfg: Config) -> str:
+    """The sentence naming the base of a continued run (model.init_from): a Hub link, or a local folder's name."""
+    name = cfg.model.init_from
+    if not name:
+        return ""
+    if base_on_hub(name):
+        return f" Continued from [`{name}`](https://huggingface.co/{name}) (`model.init_from`)."
+    local = Path(name).expanduser().name or name  # its folder's name: the rest of a path says nothing to a reader
+    return f" Continued from the local model `{local}` (`model.init_from`)."
 
 
 def _parameters(folder: Path) -> int:
@@ -179,9 +193,16 @@ def _tokenizer_section(cfg: Config, folder: Path) -> str:
         else "trained by mlmtrain on the training data"
     )
     cased = "lower-cased" if settings.get("do_lower_case") else "cased"
+    words = len(added_words(cfg))
+    added = (
+        f" `tokenizer.extend_vocab` added {words:,} whole word{'s' if words != 1 else ''} of the training data to "
+        f"the base's vocabulary, listed in the run's `{ADDED_WORDS}`."
+        if words
+        else ""
+    )
     return (
         f"## Tokenizer\n\n{vocab.get('type', 'WordPiece')}, {len(vocab.get('vocab') or {}):,} tokens, {cased}, "
-        f"{origin}; its files are in this folder.\n"
+        f"{origin}; its files are in this folder.{added}\n"
     )
 
 

@@ -245,6 +245,25 @@ def test_the_card_takes_license_language_and_hub_datasets_from_the_config(run: P
         load_config(None, ["checkpoint.license=Apache 2"])
 
 
+def test_the_card_of_a_continued_run_names_its_base_a_hub_id_in_the_front_matter_a_folder_by_its_name(
+    run: Path, tiny_data: Path, tmp_path: Path
+) -> None:
+    folder = shutil.copytree(_step(run, 4), tmp_path / "step-4")
+    hub, local = "google/bert_uncased_L-2_H-128_A-2", tmp_path / "models" / "my-base"
+    cards = {}
+    for base in (hub, str(local)):
+        cfg = _config(tiny_data, run)
+        cfg.model.init_from = base
+        write_model_card(folder, cfg, 4, {"tokens": 1024, "eval_loss": None}, {}, run)
+        cards[base] = (folder / CARD).read_text(encoding="utf-8")
+    assert _front_matter(folder / CARD).get("base_model") is None  # the Hub takes a repository id, not a path
+    assert "Continued from the local model `my-base` (`model.init_from`)." in cards[str(local)]
+    assert str(local) not in cards[str(local)].split("## Config")[0]  # the path stays in the config section only
+    assert _front_matter(folder / CARD) != {} and "base_model: " + hub in cards[hub].split("\n---\n")[0]
+    assert f"Continued from [`{hub}`](https://huggingface.co/{hub}) (`model.init_from`)." in cards[hub]
+    assert "extend_vocab" not in cards[hub].split("## Config")[0]  # no words added: nothing said
+
+
 def test_the_card_shows_this_runs_last_scores_not_those_of_an_earlier_run_it_resumed(
     run: Path, tiny_data: Path, tmp_path: Path
 ) -> None:

@@ -223,6 +223,10 @@ def test_a_resume_reads_the_checkpoint_not_the_base_which_may_be_gone(
     if head == "BertForPreTraining":  # the base's trained pooler, kept past the resume
         assert torch.equal(b["bert.pooler.dense.weight"], original["bert.pooler.dense.weight"])
     assert load_config(run / "mlmtrain.yaml").model.init_from == str(base)  # the run still names its base
+    card = (run / "checkpoints" / "step-9" / "README.md").read_text()
+    assert "base_model" not in card and "Continued from the local model `tiny-bert` (`model.init_from`)." in card
+    if extend:
+        assert "`tokenizer.extend_vocab` added 2 whole words" in card and "the run's `added_words.txt`" in card
     fresh = continue_options(tiny_data, base, tmp_path / "fresh", **common)
     code, lines = run_cli(capsys, "pretrain", *[arg for pair in fresh for arg in ("--set", pair)])
     assert code == 2
