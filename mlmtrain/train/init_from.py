@@ -58,7 +58,7 @@ def base_folder(name: str) -> Path:
     return _hub_snapshot(name)
 
 
-@functools.cache  # once a process: each checkpoint's save asks again for the base's pooler
+@functools.cache  # once a process: a run asks for the base's folder to check it, load it, read its pooler
 def _hub_snapshot(name: str) -> Path:
     from huggingface_hub import snapshot_download
 
