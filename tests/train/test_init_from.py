@@ -234,6 +234,41 @@ def test_a_resume_reads_the_checkpoint_not_the_base_which_may_be_gone(
     assert not (tmp_path / "fresh").exists()
 
 
+def test_a_hub_base_is_named_in_the_card_and_a_resume_needs_neither_the_hub_nor_its_cache(
+    monkeypatch: pytest.MonkeyPatch, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """model.init_from a Hub name, offline, from a cache of its own: the cards say `base_model: NAME`; with that
+    cache gone too, --resume with the run's mlmtrain.yaml still finishes from the checkpoint."""
+    import shutil
+
+    import huggingface_hub.constants as hub_constants
+    import yaml
+
+    from mlmtrain.train import init_from
+
+    name, commit, cache = "someone/tiny-bert", "0" * 40, tmp_path / "hub-cache"
+    repo = cache / "models--someone--tiny-bert"
+    write_base(repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    init_from._hub_snapshot.cache_clear()  # the folder a hub name resolves to is kept once a process
+    common = {"train.max_steps": 4, "train.eval_every": 2, "checkpoint.save_every": 2}
+    options = continue_options(tiny_data, name, tmp_path, **common, **{"train.pause_after": 2})
+    assert pretrain(load_config(None, options)).name == "step-2"
+    shutil.rmtree(cache)
+    init_from._hub_snapshot.cache_clear()
+    run = tmp_path / "run"
+    code, lines = run_cli(capsys, "pretrain", "--config", str(run / "mlmtrain.yaml"), "--resume", "auto")
+    assert code == 0, lines
+    for step in (2, 4):
+        card = (run / "checkpoints" / f"step-{step}" / "README.md").read_text()
+        assert yaml.safe_load(card.split("---\n")[1])["base_model"] == name
+        assert f"Continued from [`{name}`](https://huggingface.co/{name})" in card
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input: exit 2, one line, nothing written
 
