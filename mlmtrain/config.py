@@ -808,6 +808,13 @@ def load_config(
 
     `overrides` are `section.key=value` strings as `--set` takes them (values parsed as YAML), or a dict of
     `{"section.key": value}` with Python values."""
+    return config_from_dict(stated_settings(path, overrides))
+
+
+def stated_settings(
+    path: Union[str, Path, None], overrides: Union[list[str], tuple[str, ...], dict[str, Any], None] = ()
+) -> dict[str, Any]:
+    """The sections and keys the YAML file and the overrides state, before defaults and checks (`load_config`)."""
     tree = read_yaml(path) if path is not None else {}
     if isinstance(overrides, dict):
         for dotted, value in overrides.items():
@@ -815,7 +822,7 @@ def load_config(
     else:
         for assignment in overrides or ():
             apply_override(tree, assignment)
-    return config_from_dict(tree)
+    return tree
 
 
 SAVED_CONFIG_HEADER = "# The resolved config of this output, written by mlmtrain.\n"

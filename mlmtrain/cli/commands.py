@@ -69,16 +69,9 @@ def _checkpoint_seq_len(saved: Optional[Path]) -> Optional[int]:
 
 def _states_seq_len(config: Optional[Path], overrides: Union[Sequence[str], dict[str, Any]]) -> bool:
     """True when --config or --set states data.seq_len (an unstated one is the default, no choice of the user's)."""
-    from mlmtrain.config import apply_override, read_yaml, set_value
+    from mlmtrain.config import stated_settings
 
-    tree = read_yaml(config) if config is not None else {}
-    if isinstance(overrides, dict):
-        for dotted, value in overrides.items():
-            set_value(tree, str(dotted), value)
-    else:
-        for assignment in overrides:
-            apply_override(tree, assignment)
-    data = tree.get("data")
+    data = stated_settings(config, overrides if isinstance(overrides, dict) else list(overrides)).get("data")
     return isinstance(data, dict) and "seq_len" in data
 
 
