@@ -55,6 +55,8 @@ def pretrain(cfg: Config, resume: Optional[str] = None, overwrite: bool = False)
         )
     # a mistyped folder fails now; a resumed init_from run reads its checkpoint, not the base (which may be gone)
     resume_from = ckpt.resolve_resume(Path(cfg.train.run_dir), resume) if resume is not None else None
+    if resume_from is not None and cfg.model.init_from:
+        ckpt.check_complete(resume_from)  # its files stand in for the base: an unfinished one is refused as such
     resolve_init_from(cfg, resumed=resumed_base(cfg, resume_from))  # an unusable base is refused before any write
     ctx = init_distributed(cfg.train.device)
     try:

@@ -196,6 +196,8 @@ def test_a_resume_reads_the_checkpoint_not_the_base_which_may_be_gone(
     """The base's folder renamed away after the first checkpoint: --resume with the run's own mlmtrain.yaml takes
     the shape, tokenizer and pooler from the checkpoint (which keep_last prunes meanwhile) and ends as the
     uninterrupted run; a fresh run of the missing base is refused in one line."""
+    import shutil
+
     from safetensors.torch import load_file
 
     base = write_base(tmp_path / "models" / "tiny-bert", head=head)
@@ -227,6 +229,12 @@ def test_a_resume_reads_the_checkpoint_not_the_base_which_may_be_gone(
     assert "base_model" not in card and "Continued from the local model `tiny-bert` (`model.init_from`)." in card
     if extend:
         assert "`tokenizer.extend_vocab` added 2 whole words" in card and "the run's `added_words.txt`" in card
+    # a checkpoint whose save did not finish stands in for no base: refused by its own name
+    half = shutil.copytree(run / "checkpoints" / "step-9", tmp_path / "half")
+    (half / "COMPLETE").unlink()
+    code, lines = run_cli(capsys, "pretrain", "--config", str(run / "mlmtrain.yaml"), "--resume", str(half))
+    assert code == 2
+    assert_one_error_line(lines, "checkpoint", "is not a complete checkpoint")
     fresh = continue_options(tiny_data, base, tmp_path / "fresh", **common)
     code, lines = run_cli(capsys, "pretrain", *[arg for pair in fresh for arg in ("--set", pair)])
     assert code == 2
