@@ -306,9 +306,11 @@ class Loop:
                 f"{reading.longest_nonfinite_run} non-finite losses or gradients in a row by step "
                 f"{state.step}{kept}; lower optim.lr or use train.precision fp32/bf16",
             )
-        if reading.skipped or window is None:
-            return  # a skipped step has no loss or gradient norm to log: its line is the count above
+        if reading.skipped:
+            return  # a skipped step has no loss or gradient norm to show or log: its line is the count above
         self.shown_loss = reading.loss
+        if window is None:
+            return
         tokens_per_s = window.tokens_per_s()  # after the read: the window's steps have run on the device
         reporter.log(
             {
