@@ -306,7 +306,11 @@ class TrainConfig:
     log_every: int = _f(10, "steps between metric lines in metrics.jsonl")
     eval_every: int = _f(500, "steps between validation evaluations; 0 disables")
     eval_max_blocks: int = _f(64, "validation blocks per evaluation during training")
-    max_nonfinite: int = _f(5, "stop after this many steps in a row skipped for a non-finite loss or gradient")
+    max_nonfinite: int = _f(
+        5,
+        "stop after this many steps in a row skipped for a non-finite loss or gradient (checked at the next log, "
+        "evaluation or checkpoint step: up to log_every - 1 steps later)",
+    )
     tensorboard: bool = _f(False, "also log to TensorBoard (needs the tensorboard package); as trackers: [tensorboard]")
     progress: bool = _f(True, "show a progress bar")
     max_flops: Union[float, None] = _f(

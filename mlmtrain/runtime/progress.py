@@ -108,13 +108,16 @@ class Reporter:
         elif show_bar:  # a log file (nohup, a scheduler): a bar redrawn 10 times a second would fill it
             self._plain = _PlainProgress(total_steps, initial_step, plain_every_s)
 
-    def advance(self, step: int, loss: float, lr: float, tokens_per_s: float) -> None:
-        """Move the bar to `step` and show the latest figures (ETA comes from the bar)."""
+    def advance(self, step: int, loss: Optional[float], lr: float, tokens_per_s: float) -> None:
+        """Move the bar to `step` and show the latest figures (ETA comes from the bar); `loss` is the last one read
+        from the device (None before the first), so the bar costs the device no wait."""
         if self._bar is not None:
             self._bar.update(step - self._bar.n)
-            self._bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
+            shown = {"loss": f"{loss:.3f}"} if loss is not None else {}
+            self._bar.set_postfix(**shown, lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
         elif self._plain is not None:
-            line = self._plain.line(step, f"loss {loss:.3f}, lr {lr:.2e}, {tokens_per_s:,.0f} tokens/s")
+            shown = f"loss {loss:.3f}, " if loss is not None else ""
+            line = self._plain.line(step, f"{shown}lr {lr:.2e}, {tokens_per_s:,.0f} tokens/s")
             if line:
                 print(line, file=sys.stderr, flush=True)
 

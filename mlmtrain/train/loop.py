@@ -230,6 +230,7 @@ class Loop:
         self.last_saved: Optional[Path] = ckpt.latest_checkpoint(run_dir) if self.ctx.is_main else None
         self.live_report = LiveReport(run_dir) if self.cfg.report.html else None
         self.spared: set[Path] = set()  # old checkpoints keep-last left alone because they hold a user's files
+        self.shown_loss: Optional[float] = None  # the progress bar's loss: the last one read
 
     def run(self) -> Path:
         cfg, state, ctx = self.cfg, self.state, self.ctx
@@ -258,34 +259,25 @@ class Loop:
                 result = train_step(
                     self.setup, micro, lambda: time.perf_counter() - started - self.probe_s, stopper.flag
                 )
-                if result.skipped:
-                    self.skipped(result, reporter)
-                else:
-                    window.tokens += result.tokens
-                    tokens_per_s = window.tokens_per_s()
-                    reporter.advance(state.step, result.loss, result.lr, tokens_per_s)
-                    if state.step % cfg.train.log_every == 0:
-                        reporter.log(
-                            {
-                                "step": state.step,
-                                "tokens": state.tokens,
-                                "flops": state.flops,
-                                "loss": result.loss,
-                                **result.loss_terms,
-                                "lr": result.lr,
-                                "grad_norm": result.grad_norm,
-                                "tokens_per_s": tokens_per_s,
-                                "data_wait_share": window.wait_share(),
-                                "elapsed_s": round(state.elapsed_s, 3),
-                            }
-                        )
-                        window = Window()
-                    eval_loss = self.evaluate(reporter) if _every(state.step, cfg.train.eval_every) else None
-                    self.probe(reporter, _every(state.step, cfg.train.eval_every))
-                    if _every(state.step, cfg.checkpoint.save_every):
-                        self.save(eval_loss)
+                window.tokens += result.tokens
+                reporter.advance(state.step, self.shown_loss, result.lr, window.tokens_per_s())
+                # the step's figures stay on the device, read only where a line, an evaluation, a checkpoint or the
+                # end needs them: between those, the host queues steps without waiting
+                logs = state.step % cfg.train.log_every == 0
+                evaluates, saves = (
+                    _every(state.step, cfg.train.eval_every),
+                    _every(state.step, cfg.checkpoint.save_every),
+                )
                 pause = cfg.train.pause_after
-                if result.stop_requested or (pause and self.start_step < pause <= state.step):
+                stopping = result.stop_requested or bool(pause and self.start_step < pause <= state.step)
+                if logs or evaluates or saves or stopping or budget_progress(cfg, state) >= 1.0:
+                    self.settle(result, reporter, window if logs else None)
+                    window = Window() if logs else window
+                eval_loss = self.evaluate(reporter) if evaluates else None
+                self.probe(reporter, evaluates)
+                if saves:
+                    self.save(eval_loss)
+                if stopping:
                     stopped = True
                     break
             else:  # budget spent: a last evaluation unless this very step had one
@@ -302,28 +294,56 @@ class Loop:
             self.farewell(stopped)
         return self.last_saved if self.last_saved is not None else self.run_dir
 
-    def skipped(self, result: StepResult, reporter: Reporter) -> None:
-        """A skipped step is reported; too many in a row stop the run (the last good checkpoint stays)."""
-        state = self.state
+    def settle(self, result: StepResult, reporter: Reporter, window: Optional[Window]) -> None:
+        """Read the latest step's figures (one copy from the device) and bring the state's non-finite counts up to
+        date; with a `window`, write the step's metrics line. Steps skipped since the last read are reported and
+        logged (`nonfinite_skipped`, the run's count); a row of train.max_nonfinite skipped steps stops the run
+        (the last good checkpoint stays). The row is checked here, so a run may go on skipping for up to
+        train.log_every - 1 steps (no weight changes on a skipped step) before it stops."""
+        state, reading = self.state, result.read()
+        newly = reading.nonfinite_total - state.nonfinite_total
+        state.nonfinite_in_row, state.nonfinite_total = reading.nonfinite_in_row, reading.nonfinite_total
+        if newly:
+            reporter.log(
+                {
+                    "step": state.step,
+                    "tokens": state.tokens,
+                    "flops": state.flops,
+                    "nonfinite_skipped": state.nonfinite_total,
+                }
+            )
+            reporter.message(
+                f"step {state.step}: {newly} step(s) skipped for a non-finite loss or gradient since the last "
+                f"report (loss {reading.loss}, gradient norm {reading.grad_norm} at this step; "
+                f"{state.nonfinite_in_row} in a row now, {state.nonfinite_total} in all)"
+            )
+        if reading.longest_nonfinite_run >= self.cfg.train.max_nonfinite:
+            kept = f"; the last good checkpoint is {self.last_saved}" if self.last_saved else ""
+            raise UserError(
+                "train",
+                f"{reading.longest_nonfinite_run} non-finite losses or gradients in a row by step "
+                f"{state.step}{kept}; lower optim.lr or use train.precision fp32/bf16",
+            )
+        if reading.skipped:
+            return  # a skipped step has no loss or gradient norm to show or log: its line is the count above
+        self.shown_loss = reading.loss
+        if window is None:
+            return
+        tokens_per_s = window.tokens_per_s()  # after the read: the window's steps have run on the device
         reporter.log(
             {
                 "step": state.step,
                 "tokens": state.tokens,
                 "flops": state.flops,
-                "nonfinite_skipped": state.nonfinite_total,
+                "loss": reading.loss,
+                **reading.loss_terms,
+                "lr": result.lr,
+                "grad_norm": reading.grad_norm,
+                "tokens_per_s": tokens_per_s,
+                "data_wait_share": window.wait_share(),
+                "elapsed_s": round(state.elapsed_s, 3),
             }
         )
-        reporter.message(
-            f"step {state.step + 1}: loss {result.loss}, gradient norm {result.grad_norm}; step skipped "
-            f"({state.nonfinite_in_row} in a row)"
-        )
-        if state.nonfinite_in_row >= self.cfg.train.max_nonfinite:
-            kept = f"; the last good checkpoint is {self.last_saved}" if self.last_saved else ""
-            raise UserError(
-                "train",
-                f"{state.nonfinite_in_row} non-finite losses or gradients in a row at step "
-                f"{state.step}{kept}; lower optim.lr or use train.precision fp32/bf16",
-            )
 
     def evaluate(self, reporter: Reporter) -> Optional[float]:
         """Validation metrics with fixed masks (rank 0; the others wait at the next collective)."""

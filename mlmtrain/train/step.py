@@ -1,14 +1,13 @@
 """What one optimizer step needs and does: `build_setup` (the `TrainingSetup`: model, optimizer, scaler, state and
 the micro-batch stream, fresh or from a checkpoint) and `train_step` (count the global batch's selected tokens,
-forward/backward each micro-batch with all-reduce on the last only, clip, read the loss and gradient norm in one
-copy, skip non-finite steps, set the learning rate, step).
+forward/backward each micro-batch with all-reduce on the last only, clip, set the learning rate, step, and skip a
+non-finite step on the device: nothing waits for the device; `StepResult.read` copies a step's figures in one go).
 
 `loop.py` runs them in its loop; `scripts/benchmark.py` times the same two functions as the bare step.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -139,6 +138,7 @@ class TrainingSetup:
     state: TrainState
     batches: Iterator[dict[str, torch.Tensor]]  # micro-batches from the state's data position on
     saved: dict[str, Any]  # the checkpoint's training state; empty for a fresh run
+    nonfinite: NonfiniteCounts  # the skipped-step counters, kept on the device between reads
 
     @property
     def autocast_dtype(self) -> Optional[torch.dtype]:
@@ -226,6 +226,7 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
         state,
         batches,
         saved,
+        NonfiniteCounts(state, device),
     )
 
 
@@ -283,14 +284,86 @@ def budget_progress(cfg: Config, state: TrainState) -> float:
 
 
 @dataclass
-class StepResult:
-    loss: float  # mean over every selected token of the global batch (nan when skipped)
-    lr: float
+class StepReading:
+    """A step's figures on the host, from `StepResult.read`'s one copy."""
+
+    loss: float  # mean over every selected token of the global batch (nan when non-finite or nothing was selected)
     grad_norm: float
-    tokens: int  # tokens of the global batch
     skipped: bool  # non-finite loss or gradients, or no selected token: no update was made
-    stop_requested: bool  # some rank was asked to stop (a signal): all ranks stop after this step
     loss_terms: dict[str, float]  # each loss term's unweighted mean when the objective has several, else empty
+    nonfinite_in_row: int  # skipped steps in a row up to this one (0 when this step updated)
+    nonfinite_total: int  # skipped steps of the whole run up to this one
+    longest_nonfinite_run: int  # the longest such row of the run so far: the loop checks train.max_nonfinite on it
+
+
+@dataclass
+class StepResult:
+    """One step: its learning rate, tokens and stop vote on the host; its loss, gradient norm and whether it was
+    skipped stay on the device (`on_device`) until `read` copies them, with the run's non-finite counts, in one go.
+    The loop reads only on the steps that log, evaluate or checkpoint, and at the end."""
+
+    lr: float  # the scheduled rate of this step (a skipped step has one too: it is a step, only without an update)
+    tokens: int  # tokens of the global batch
+    stop_requested: bool  # some rank was asked to stop (a signal): all ranks stop after this step
+    on_device: torch.Tensor  # float64: the loss sums, grad norm, finite (1/0), then the non-finite counters
+    objective: Objective
+    counts: list[float]  # the global batch's counted positions, each loss term's divisor
+    _reading: Optional[StepReading] = None
+
+    def read(self) -> StepReading:
+        """The step's figures on the host: one copy from the device (made once, then kept)."""
+        if self._reading is None:
+            values = read_device(self.on_device)
+            sums = len(self.counts)
+            reduced = values[:sums]
+            grad_norm, finite, in_row, total, longest = values[sums:].tolist()
+            self._reading = StepReading(
+                float(self.objective.loss(reduced, self.counts)),
+                grad_norm,
+                not finite,
+                self.objective.loss_terms(reduced, self.counts),
+                int(in_row),
+                int(total),
+                int(longest),
+            )
+        return self._reading
+
+    @property
+    def loss(self) -> float:
+        return self.read().loss
+
+    @property
+    def grad_norm(self) -> float:
+        return self.read().grad_norm
+
+    @property
+    def skipped(self) -> bool:
+        return self.read().skipped
+
+    @property
+    def loss_terms(self) -> dict[str, float]:
+        return self.read().loss_terms
+
+
+def read_device(values: torch.Tensor) -> torch.Tensor:
+    """The one place a step's figures come from the device to the host (a wait for the device's queue)."""
+    return values.cpu()
+
+
+class NonfiniteCounts:
+    """The run's skipped-step counters on the device (in a row, in all, the longest row so far), counted without the
+    host; `TrainState` gets them back at each read (`Loop.settle`), and a resumed run starts from the saved ones."""
+
+    def __init__(self, state: TrainState, device: torch.device) -> None:
+        in_row, total = float(state.nonfinite_in_row), float(state.nonfinite_total)
+        self.values = torch.tensor([in_row, total, in_row], dtype=torch.float64, device=device)
+
+    def count(self, finite: torch.Tensor) -> torch.Tensor:
+        """Count this step (`finite`: a 0-d bool tensor); the counters after it."""
+        skipped = (~finite).double()
+        in_row = (self.values[0] + 1) * skipped  # back to 0 on a step that updated
+        self.values = torch.stack([in_row, self.values[1] + skipped, torch.maximum(self.values[2], in_row)])
+        return self.values
 
 
 def train_step(
@@ -298,22 +371,21 @@ def train_step(
 ) -> StepResult:
     """One optimizer step over this rank's micro-batches of the step; every rank calls it with its own share.
 
-    `clock()` is the run's elapsed seconds. Only rank 0's reading counts: under DDP it travels in the loss
-    all-reduce, so every rank sees the same elapsed time and so agrees on the budget and the learning rate.
+    Nothing waits for the device: the loss, gradient norm and whether the step was finite stay there (the result's
+    `read` copies them). A step whose loss or gradients are not finite (or that selected no token) is skipped on the
+    device: the optimizer's fused kernel gets a `found_inf` flag and leaves weights, moments and its step count as
+    they were. It still counts as a step: `state.step`, tokens, FLOPs and the learning-rate schedule move on, only
+    the update is missing (as for a step that fp16's scaler skips). Where the optimizer has no fused kernel (torch
+    picks foreach on mps), the flag is read on the host instead: one wait a step there.
+
+    `clock()` is the run's elapsed seconds. Only rank 0's reading counts: under DDP it travels in the counts'
+    all-reduce at the step's start, so every rank sees the same elapsed time and so agrees on the budget and the
+    learning rate.
     """
     cfg, ctx, state, objective = setup.cfg, setup.ctx, setup.state, setup.objective
     # 1. Count the selected tokens (ELECTRA: and the scored ones) of the whole global batch (all ranks, all
-    #    micro-steps): each loss term is normalised by its count.
-    local = torch.tensor(
-        [
-            *(sum(counted) for counted in zip(*(objective.counts(b) for b in micro), strict=True)),
-            sum(_count_tokens(b) for b in micro),
-            float(stop),
-        ],
-        dtype=torch.float64,
-    )
-    *counts, tokens, stop_votes = all_reduce_sum(ctx, local).tolist()
-    selected = counts[0]
+    #    micro-steps) on the host, from the host's batches: each loss term is normalised by its count.
+    counts, tokens, stop_votes, elapsed = _global_counts(setup, micro, stop, clock)
     state.micro_batches += len(micro)
 
     # 2. Forward/backward per micro-batch; DDP all-reduces gradients on the last one only.
@@ -328,62 +400,83 @@ def train_step(
             # DDP averages gradients over ranks, so multiply back by the world size.
             setup.scaler.scale(objective.loss(sums, counts) * ctx.world_size).backward()
         loss_sums += sums.detach().double().reshape(-1)
-    # 3. Unscale (fp16), clip, and read the loss sums and the gradient norm in one copy: one wait for the device a
-    #    step. DDP averaged the gradients, so every rank has the same norm.
+    # 3. Unscale (fp16), clip; the loss sums over ranks (on the device), and whether the step is finite. A
+    #    non-finite loss (or an empty selection, 0/0) skips the step, and so do non-finite gradients with a finite
+    #    loss (seen from a bf16 attention backward on GPU): the update would make every weight NaN. Under fp16 the
+    #    scaler handles those itself: its step skips, its update lowers the scale, and the step counts as finite.
     setup.scaler.unscale_(setup.optimizer)
     clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
-    grad_norm_on_device = torch.nn.utils.clip_grad_norm_(setup.mlm.parameters(), clip)
-    reduced, grad_norm, state.elapsed_s = _read_step(ctx, loss_sums, grad_norm_on_device, clock)
-    loss = float(objective.loss(reduced, counts))
-    loss_terms = objective.loss_terms(reduced, counts)
+    grad_norm = torch.nn.utils.clip_grad_norm_(setup.mlm.parameters(), clip).detach()
+    loss_sums = all_reduce_sum(ctx, loss_sums)  # every rank the same sums, so the same verdict
+    loss_finite = torch.isfinite(objective.loss(loss_sums, counts)) & (counts[0] > 0)  # no selected token: no step
+    finite = loss_finite if setup.scaler.is_enabled() else loss_finite & torch.isfinite(grad_norm)
+    state.elapsed_s = elapsed if ctx.distributed else clock()
 
-    # 4. A non-finite loss (or an empty selection) skips the step; all ranks agree: the loss was reduced over all.
-    #    So do non-finite gradients with a finite loss (seen from a bf16 attention backward on GPU): the update would
-    #    make every weight NaN. Under fp16 the scaler handles those itself: its step skips, its update lowers the
-    #    scale.
-    if not math.isfinite(loss) or selected == 0:
-        setup.scaler.update(setup.scaler.get_scale())  # forget this step's unscale; the scale stays as it was
-        return _skipped(setup, loss, float("nan"), int(tokens), stop_votes > 0, loss_terms)
-    if not math.isfinite(grad_norm) and not setup.scaler.is_enabled():
-        return _skipped(setup, loss, grad_norm, int(tokens), stop_votes > 0, loss_terms)
-    state.nonfinite_in_row = 0
-
-    # 5. Set the learning rate for this step, step.
+    # 4. Set the learning rate for this step, step (a no-op on the device where not finite).
     if state.step == cfg.optim.warmup_steps:
         state.warmup_end_progress = budget_progress(cfg, state)
     lr = learning_rate(state.step, budget_progress(cfg, state), cfg.optim, state.warmup_end_progress)
     set_learning_rate(setup.optimizer, lr)
-    setup.scaler.step(setup.optimizer)
-    setup.scaler.update()
+    if setup.scaler.is_enabled():
+        _scaler_step(setup, loss_finite)
+    else:
+        _step_unless_nonfinite(setup.optimizer, finite)
     setup.optimizer.zero_grad(set_to_none=True)
+    figures = [loss_sums, grad_norm.double().reshape(1), finite.double().reshape(1), setup.nonfinite.count(finite)]
     state.step += 1
     state.tokens += int(tokens)
     state.flops += int(tokens) * objective.flops_per_token
-    return StepResult(loss, lr, grad_norm, int(tokens), False, stop_votes > 0, loss_terms)
+    return StepResult(lr, int(tokens), stop_votes > 0, torch.cat(figures), objective, counts)
 
 
-def _read_step(
-    ctx: DistContext, loss_sums: torch.Tensor, grad_norm: torch.Tensor, clock: Callable[[], float]
-) -> tuple[torch.Tensor, float, float]:
-    """(the loss sums summed over ranks, the gradient norm, rank 0's clock) on the host, in one copy from the
-    device. Under DDP the clock travels in the sums' all-reduce; on one process it is read on the host and never
-    goes to the device."""
-    sums = len(loss_sums)
-    if ctx.distributed:
-        elapsed = torch.tensor([clock() if ctx.is_main else 0.0], dtype=torch.float64, device=ctx.device)
-        loss_sums = all_reduce_sum(ctx, torch.cat([loss_sums, elapsed]))
-    read = torch.cat([loss_sums, grad_norm.detach().double().reshape(1)]).cpu()
-    return read[:sums], float(read[-1]), float(read[sums]) if ctx.distributed else clock()
+def _global_counts(
+    setup: TrainingSetup, micro: list[dict[str, torch.Tensor]], stop: bool, clock: Callable[[], float]
+) -> tuple[list[float], float, float, float]:
+    """(each loss term's count, tokens, stop votes, rank 0's clock) summed over ranks: host figures of the host's
+    batches (under DDP one all-reduce, which a NCCL group makes through the device)."""
+    ctx, objective = setup.ctx, setup.objective
+    local = torch.tensor(
+        [
+            *(sum(counted) for counted in zip(*(objective.counts(b) for b in micro), strict=True)),
+            sum(_count_tokens(b) for b in micro),
+            float(stop),
+            clock() if ctx.distributed and ctx.is_main else 0.0,
+        ],
+        dtype=torch.float64,
+    )
+    *counts, tokens, stop_votes, elapsed = all_reduce_sum(ctx, local).tolist()
+    return counts, tokens, stop_votes, elapsed
 
 
-def _skipped(
-    setup: TrainingSetup, loss: float, grad_norm: float, tokens: int, stop: bool, loss_terms: dict[str, float]
-) -> StepResult:
-    """A step that makes no update: its gradients dropped, counted as skipped (in a row and in all), no lr."""
-    setup.optimizer.zero_grad(set_to_none=True)
-    setup.state.nonfinite_in_row += 1
-    setup.state.nonfinite_total += 1
-    return StepResult(loss, float("nan"), grad_norm, tokens, True, stop, loss_terms)
+def _step_unless_nonfinite(optimizer: torch.optim.Optimizer, finite: torch.Tensor) -> None:
+    """optimizer.step(), made a no-op on the device where `finite` is false: torch's fused AdamW takes a `found_inf`
+    flag (the attribute GradScaler sets for it) and then leaves weights, moments and step count untouched. An
+    optimizer without that support reads the flag on the host."""
+    if not getattr(optimizer, "_step_supports_amp_scaling", False):
+        if bool(finite):
+            optimizer.step()
+        return
+    optimizer.found_inf = (~finite).float()  # type: ignore[attr-defined]
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf  # type: ignore[attr-defined]
+
+
+def _scaler_step(setup: TrainingSetup, loss_finite: torch.Tensor) -> None:
+    """fp16: the scaler's step and update, which skip non-finite gradients on the device and lower the scale. A
+    non-finite loss joins the scaler's own found-inf flag, so that step is skipped too, and leaves the scale and its
+    growth count as they were (the loss, not the scale, is at fault). The scaler's private tensors are the only way
+    to do this without reading its scale on the host."""
+    scaler, optimizer = setup.scaler, setup.optimizer
+    loss_nonfinite = (~loss_finite).float()
+    for found in scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"].values():
+        found.copy_(torch.maximum(found, loss_nonfinite.to(found.device)))
+    scale, growth = scaler._scale.clone(), scaler._growth_tracker.clone()  # type: ignore[union-attr]
+    scaler.step(optimizer)
+    scaler.update()
+    scaler._scale.copy_(torch.where(loss_finite, scaler._scale, scale))  # type: ignore[union-attr]
+    scaler._growth_tracker.copy_(torch.where(loss_finite, scaler._growth_tracker, growth))  # type: ignore[union-attr]
 
 
 def _count_tokens(batch: dict[str, torch.Tensor]) -> int:

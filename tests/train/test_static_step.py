@@ -172,9 +172,11 @@ def test_nonfinite_gradients_under_a_finite_loss_count_in_a_row(tiny_config):
     hook = weight.register_hook(lambda grad: torch.full_like(grad, float("nan")))
     results = steps(setup, 3)
     assert all(r.skipped and r.loss == r.loss for r in results)  # skipped with a finite loss
-    assert (setup.state.step, setup.state.nonfinite_in_row, setup.state.nonfinite_total) == (0, 3, 3)
+    reading = results[-1].read()
+    assert (setup.state.step, reading.nonfinite_in_row, reading.nonfinite_total) == (3, 3, 3)  # skipped steps count
     hook.remove()
-    assert not steps(setup, 1)[0].skipped and setup.state.nonfinite_in_row == 0
+    reading = steps(setup, 1)[0].read()
+    assert not reading.skipped and (reading.nonfinite_in_row, reading.longest_nonfinite_run) == (0, 3)
 
 
 def test_a_nonfinite_loss_under_fp16_leaves_the_scaler_as_it_was(tiny_config):
