@@ -78,7 +78,8 @@ def finetune_all(
             say(f"benchmark: fine-tune {LABELS[name]} on {Path(task).name}, seed {seed}")
             result, _ = probe_encoder(str(folder), encoder_config(str(folder)), prepared, settings, device, False)
             report = {**result.as_dict(), "command": shlex.join(probe_command(setup, folder, seed, task, pair))}
-            report.update(train_examples=len(prepared.train), test_examples=len(prepared.test))
+            segments = 1 if prepared.task.train.pairs is None else 2  # a pair task's examples: [CLS] A [SEP] B [SEP]
+            report.update(train_examples=len(prepared.train), test_examples=len(prepared.test), segments=segments)
             reports[name].append(report)
     return reports
 

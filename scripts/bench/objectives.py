@@ -76,6 +76,7 @@ def section_objectives(setup: Setup) -> dict[str, Any]:
             "task": str(folder),
             "train_examples": first["train_examples"],
             "test_examples": first["test_examples"],
+            "segments": first["segments"],
             "probe_command": first["command"],
             "rows": score_rows(reports),
         }

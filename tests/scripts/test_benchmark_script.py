@@ -403,6 +403,7 @@ def test_quick_objectives_at_equal_flops(tmp_path: Path) -> None:
         section = objectives[key]
         assert section["task"] == str(folder)
         assert ("--pair-field pair" in section["probe_command"]) == (key == "pair")
+        assert section["segments"] == (2 if key == "pair" else 1)  # the pair task fine-tuned on both its texts
         rows = section["rows"]
         assert set(rows) == {"untrained", "mlm", "nsp", "sop", "electra"}
         for name, row in rows.items():
