@@ -23,6 +23,11 @@ in time to a target perplexity, and in how cost grows with sequence length and m
    recipe (our lr, warm-up and schedule, stretched over the budget) each pretrain for --downstream-budget seconds;
    then both and the untrained initial model are fine-tuned alike (`mlmtrain probe`) on a labeled task for --seeds
    seeds and scored on its test split.
+11. objectives (on request): MLM, MLM+NSP, MLM+SOP and ELECTRA (its recipe as in 9), the same encoder size on the
+   same tokenizer and token store, from the same seed, each pretrain for --flops-budget training FLOPs
+   (train.max_flops); each, and the untrained encoder, is fine-tuned over --seeds seeds on --task (single text) and on
+   --pair-task (sentence pairs, scripts/make_pair_task.py): test accuracy with its 95 % interval per objective and
+   task, and each objective minus MLM, paired seed by seed.
 
 Every contestant runs in a process of its own (its own allocator and peak memory) and is timed the same way: wall
 time from the end of warm-up step k to the end of the last step n, tokens/s = (tokens_n - tokens_k) / (t_n - t_k).
@@ -30,6 +35,6 @@ Rounds interleave the contestants, rotating who goes first, so slow drift of the
 
 The modules: `main` (the run), `args` (the command line), `setup` (what every contestant shares), `contestants`
 (a contestant's process), `workers` (the HF recipe and the bare step inside theirs), `stats`, the sections in
-`speed` (1, 2, 6, 8), `quality` (3, 4, 5, 7) and `downstream` (9, 10), `verdicts` (each figure against its target)
-and `report` (the Markdown, a self-contained measurement file, and the files written).
+`speed` (1, 2, 6, 8), `quality` (3, 4, 5, 7), `downstream` (9, 10) and `objectives` (11), `verdicts` (each figure
+against its target) and `report` (the Markdown, a self-contained measurement file, and the files written).
 """

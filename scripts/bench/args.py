@@ -15,6 +15,10 @@ from bench.setup import DEFAULT_SECTIONS, REPO, SECTIONS, BenchmarkError, defaul
 from bench.workers import WORKERS
 from mlmtrain.model.bert import H200_DENSE_BF16_TFLOPS
 
+# The sections that pretrain for minutes and fine-tune: alone, they take DOWNSTREAM_ONLY's defaults
+FINETUNED = ("downstream", "electra", "objectives")
+
+
 # Option defaults: the issue's measurement, and --quick, which runs every code path on tiny sizes.
 DEFAULTS = {
     "size": "mini",
@@ -31,6 +35,7 @@ DEFAULTS = {
     "vocab_size": 30522,
     "probe_epochs": 3,
     "downstream_budget": 600.0,
+    "flops_budget": 6e12,
     "seeds": 3,
     "probe_lr": 3e-4,
     "probe_batch": 32,
@@ -40,10 +45,10 @@ DEFAULTS = {
 }
 
 
-# --sections downstream and/or electra alone: a size and vocabulary at which 2 cores get past unigram statistics in
-# the budget (30,522 words and three minutes do not; mini with 8,000 words in ten minutes did not either: see
-# docs/benchmarks/log.md), and a fine-tuning long enough to tell encoders apart (all train examples; 64 tokens hold a
-# summary's opening sentences). With other sections the shared values hold.
+# --sections downstream, electra and/or objectives alone: a size and vocabulary at which 2 cores get past unigram
+# statistics in the budget (30,522 words and three minutes do not; mini with 8,000 words in ten minutes did not
+# either: see docs/benchmarks/log.md), and a fine-tuning long enough to tell encoders apart (all train examples; 64
+# tokens hold a summary's opening sentences). With other sections the shared values hold.
 DOWNSTREAM_ONLY = {
     "size": "tiny",
     "vocab_size": 8000,
@@ -68,6 +73,7 @@ QUICK = {
     "vocab_size": 2000,
     "probe_epochs": 1,
     "downstream_budget": 5.0,
+    "flops_budget": 1e10,
     "seeds": 2,
     "probe_lr": 1e-4,
     "probe_batch": 8,
@@ -87,7 +93,7 @@ def _default(key: str) -> str:
     """An option's default as its help states it, read from the values parse_args applies (so the two agree)."""
     text = f"default {_shown(DEFAULTS[key])}"
     if key in DOWNSTREAM_ONLY:
-        text += f"; {_shown(DOWNSTREAM_ONLY[key])} for --sections downstream,electra alone"
+        text += f"; {_shown(DOWNSTREAM_ONLY[key])} for --sections {','.join(FINETUNED)} alone"
     return text
 
 
@@ -117,7 +123,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add("--train", help="training text: a file, glob or builtin:python-docs (the default)")
     add("--valid", help="validation text (default valid.txt beside --train, else 5 %% of the training documents)")
     defaulted("--vocab-size", int, "WordPiece vocabulary")
-    sections = f"comma-separated subset of {','.join(SECTIONS)} (default: all but downstream and electra)"
+    sections = f"comma-separated subset of {','.join(SECTIONS)} (default: all but {', '.join(FINETUNED)})"
     add("--sections", default=",".join(DEFAULT_SECTIONS), help=sections)
     defaulted("--quality-budget", float, "training seconds a side: quality, tuned, recipes")
     defaulted("--eval-every", int, "steps between evaluations in the quality section")
@@ -127,10 +133,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add("--electra-set", action="append", default=[], metavar="KEY=VALUE", help="change ELECTRA's recipe (electra)")
     add("--target-ppl", type=float, help="default: the lowest perplexity the HF recipe reached in its budget")
     add("--peak-tflops", type=float, default=H200_DENSE_BF16_TFLOPS, help="peak for MFU (default H200 dense bf16)")
-    defaulted("--probe-epochs", int, "downstream, electra, recipes: fine-tuning epochs")
-    add("--task", help="downstream, electra, recipes: a labeled task folder (train/valid/test) to fine-tune on")
+    defaulted("--probe-epochs", int, "downstream, electra, objectives, recipes: fine-tuning epochs")
+    add("--task", help="downstream, electra, objectives, recipes: a labeled task folder (train/valid/test)")
+    add("--pair-task", help="objectives: a sentence-pair task folder (text, pair, label; scripts/make_pair_task.py)")
+    defaulted("--flops-budget", float, "objectives: pretraining FLOPs a side (train.max_flops)")
     defaulted("--downstream-budget", float, "downstream, electra: pretraining seconds a side")
-    defaulted("--seeds", int, "downstream, electra, recipes: fine-tuning seeds per model")
+    defaulted("--seeds", int, "downstream, electra, objectives, recipes: fine-tuning seeds per model")
     defaulted("--probe-lr", float, "downstream: fine-tuning learning rate")
     defaulted("--probe-batch", int, "downstream: fine-tuning batch")
     defaulted("--probe-max-length", int, "downstream: tokens per example")
@@ -145,7 +153,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     defaults = QUICK if args.quick else DEFAULTS
-    if not args.quick and set(args.sections.replace(" ", "").split(",")) <= {"downstream", "electra"}:
+    if not args.quick and set(args.sections.replace(" ", "").split(",")) <= set(FINETUNED):
         defaults = {**defaults, **DOWNSTREAM_ONLY}
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -172,11 +180,23 @@ def check_args(args: argparse.Namespace) -> set[str]:
         raise BenchmarkError(f"--report-md {args.report_md} exists; give a new file name (a report is never replaced)")
     if args.task and not Path(args.task).is_dir():
         raise BenchmarkError(f"--task {args.task} is not a folder: pass a labeled task folder (train/valid/test files)")
-    finetuned = {"downstream", "electra"} & sections
+    finetuned = set(FINETUNED) & sections
     if finetuned and not args.task:
         raise BenchmarkError(f"{min(finetuned)} needs a labeled task folder: pass --task FOLDER")
     if finetuned and args.seeds < 2:
         raise BenchmarkError("--seeds must be >= 2: the interval over seeds needs two")
+    if "objectives" in sections and not (args.pair_task and Path(args.pair_task).is_dir()):
+        given = f" ({args.pair_task} is not a folder)" if args.pair_task else ""
+        raise BenchmarkError(
+            f"objectives needs a sentence-pair task folder{given}: pass --pair-task FOLDER "
+            "(scripts/make_pair_task.py builds one)"
+        )
+    if "objectives" in sections:  # read before the pretraining, not found wanting after it
+        from mlmtrain.evaluate.tasks import TaskFields, load_task
+
+        load_task(args.pair_task, TaskFields(pair="pair"))
+    if "objectives" in sections and not args.flops_budget > 0:
+        raise BenchmarkError(f"--flops-budget must be > 0 (got {args.flops_budget:g})")
     if {"throughput", "quality", "tuned", "recipe", "recipes", "downstream"} & sections:
         missing = [name for name in ("datasets", "accelerate") if importlib.util.find_spec(name) is None]
         if missing:

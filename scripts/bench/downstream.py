@@ -30,10 +30,15 @@ def save_initial_model(setup: Setup, folder: Path) -> Path:
     return folder
 
 
-def probe_command(setup: Setup, model: Path, seed: int) -> list[str]:
-    """The `mlmtrain probe` command line that gives one of the section's fine-tuning results."""
+def probe_command(
+    setup: Setup, model: Path, seed: int, task: Optional[str] = None, pair: Optional[str] = None
+) -> list[str]:
+    """The `mlmtrain probe` command line that gives one of the section's fine-tuning results (on --task unless
+    another task folder, with its pair field, is given)."""
     a = setup.args
-    command = ["mlmtrain", "probe", "--model", str(model), "--task", a.task, "--seed", str(seed)]
+    command = ["mlmtrain", "probe", "--model", str(model), "--task", str(task or a.task), "--seed", str(seed)]
+    if pair:
+        command += ["--pair-field", pair]
     command += ["--epochs", str(a.probe_epochs), "--lr", str(a.probe_lr), "--batch-size", str(a.probe_batch)]
     command += ["--max-length", str(a.probe_max_length), "--device", setup.device]
     if a.probe_train_examples:
@@ -43,9 +48,12 @@ def probe_command(setup: Setup, model: Path, seed: int) -> list[str]:
     return command
 
 
-def finetune_all(setup: Setup, models: dict[str, Path]) -> dict[str, list[dict[str, Any]]]:
-    """Each model fine-tuned for each seed, in this process, as `probe_command` runs it: the models share one
-    tokenizer, so the task is read and tokenized once. Seeds outermost: the machine's drift touches all alike."""
+def finetune_all(
+    setup: Setup, models: dict[str, Path], task: Optional[str] = None, pair: Optional[str] = None
+) -> dict[str, list[dict[str, Any]]]:
+    """Each model fine-tuned for each seed, in this process, as `probe_command` runs it, on --task or on `task`
+    (a pair task names its second text's field): the models share one tokenizer, so the task is read and tokenized
+    once. Seeds outermost: the machine's drift touches all alike."""
     from mlmtrain.evaluate.probe import PreparedTask, encoder_config, probe_encoder
     from mlmtrain.evaluate.probe_settings import ProbeSettings
     from mlmtrain.evaluate.tasks import TaskFields, load_task
@@ -60,16 +68,18 @@ def finetune_all(setup: Setup, models: dict[str, Path]) -> dict[str, list[dict[s
         max_eval_examples=a.probe_eval_examples or None,
     )
     tokenizer = load_tokenizer(next(iter(models.values())))  # the models share one tokenizer
-    prepared = PreparedTask.build(load_task(a.task, TaskFields()), tokenizer, settings)
+    task = str(task or a.task)
+    prepared = PreparedTask.build(load_task(task, TaskFields(pair=pair)), tokenizer, settings)
     device = torch.device(setup.device)
     reports: dict[str, list[dict[str, Any]]] = {name: [] for name in models}
     for seed in range(a.seeds):
         settings.seed = seed
         for name, folder in models.items():
-            say(f"benchmark: downstream: fine-tune {LABELS[name]}, seed {seed}")
+            say(f"benchmark: fine-tune {LABELS[name]} on {Path(task).name}, seed {seed}")
             result, _ = probe_encoder(str(folder), encoder_config(str(folder)), prepared, settings, device, False)
-            report = {**result.as_dict(), "command": shlex.join(probe_command(setup, folder, seed))}
-            report.update(train_examples=len(prepared.train), test_examples=len(prepared.test))
+            report = {**result.as_dict(), "command": shlex.join(probe_command(setup, folder, seed, task, pair))}
+            segments = 1 if prepared.task.train.pairs is None else 2  # a pair task's examples: [CLS] A [SEP] B [SEP]
+            report.update(train_examples=len(prepared.train), test_examples=len(prepared.test), segments=segments)
             reports[name].append(report)
     return reports
 

@@ -15,6 +15,7 @@ import torch
 
 from bench.args import check_args, parse_args
 from bench.downstream import section_downstream, section_electra
+from bench.objectives import section_objectives
 from bench.quality import section_quality, section_recipe, section_recipes, section_tuned
 from bench.report import command_line, machine, markdown, source_commit, write_reports
 from bench.setup import SECTIONS, BenchmarkError, Setup, prepare
@@ -33,6 +34,7 @@ SECTION_RUNS: dict[str, Callable[[Setup], dict[str, Any]]] = {
     "recipes": section_recipes,
     "growth": section_growth,
     "downstream": section_downstream,
+    "objectives": section_objectives,
 }
 
 

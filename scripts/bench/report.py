@@ -150,6 +150,44 @@ def _electra_lines(electra: dict[str, Any]) -> list[str]:
     return lines + ["", f"ELECTRA's changes to the shipped recipe: {recipe or 'none'}", ""]
 
 
+def _interval(summary: dict[str, Any], sign: bool = False) -> str:
+    """A mean ± its 95 % half-width over seeds, 4 decimals (a signed one for differences)."""
+    return f"{summary['mean']:{'+' if sign else ''}.4f} ± {summary['half_width']:.4f}"
+
+
+def _objectives_lines(objectives: dict[str, Any]) -> list[str]:
+    """One row per encoder: its pretraining (steps, tokens, FLOPs) and, per task, accuracy and its paired
+    difference from MLM, each with the 95 % interval over seeds."""
+    tasks = [objectives[key] for key in ("single", "pair")]
+    rows = []
+    for name in ("untrained", "mlm", "nsp", "sop", "electra"):
+        run = objectives["pretrained"].get(name, {})
+        row = [LABELS[name], _number(run.get("steps")), _number(run.get("tokens")), f"{run.get('flops', 0):.3g}"]
+        for task in tasks:
+            score = task["rows"][name]
+            row += [_interval(score), _interval(score["minus_mlm"], sign=True) if "minus_mlm" in score else "–"]
+        rows.append(row)
+    header = ["encoder", "steps", "tokens", "FLOPs"]
+    for task in tasks:
+        header += [f"{Path(task['task']).name} accuracy", "minus MLM (paired)"]
+    lines = [
+        f"## Objectives at equal FLOPs ({objectives['flops_budget']:.3g} training FLOPs each), fine-tuned over "
+        f"{objectives['seeds']} seeds: test accuracy, mean ± 95% interval",
+        "",
+    ]
+    lines += _table(header, rows)
+    recipe = ", ".join(f"{key}={value}" for key, value in objectives["electra_recipe"].items())
+    majority = [task["rows"]["mlm"]["majority_accuracy"] for task in tasks]
+    shown = ", ".join(f"{Path(t['task']).name} {m:.4f}" for t, m in zip(tasks, majority, strict=True) if m is not None)
+    return lines + [
+        "",
+        f"Fine-tuning: {objectives['epochs']} epochs; {tasks[0]['train_examples']} / {tasks[1]['train_examples']} "
+        f"train and {tasks[0]['test_examples']} / {tasks[1]['test_examples']} test examples; best epoch on valid. "
+        f"Majority-class accuracy: {shown or '–'}. ELECTRA's changes to the shipped recipe: {recipe or 'none'}.",
+        "",
+    ]
+
+
 def _downstream_lines(downstream: dict[str, Any]) -> list[str]:
     tune = downstream["finetune"]
     rows = []
@@ -254,6 +292,7 @@ SECTION_LINES: tuple[tuple[str, Callable[[dict[str, Any]], list[str]]], ...] = (
     ("growth", _growth_lines),
     ("electra", _electra_lines),
     ("downstream", _downstream_lines),
+    ("objectives", _objectives_lines),
 )
 
 

@@ -28,10 +28,11 @@ SECTIONS = (
     "growth",
     "downstream",
     "electra",
+    "objectives",
 )
 
 
-DEFAULT_SECTIONS = SECTIONS[:8]  # downstream and electra pretrain for many minutes and fine-tune: only when asked
+DEFAULT_SECTIONS = SECTIONS[:8]  # downstream, electra, objectives pretrain for many minutes and fine-tune: when asked
 
 
 LABELS = {
@@ -40,6 +41,9 @@ LABELS = {
     "bare": "bare step (limit)",
     "untrained": "untrained (initial weights)",
     "electra": "mlmtrain pretrain, ELECTRA",
+    "mlm": "mlmtrain pretrain, MLM",
+    "nsp": "mlmtrain pretrain, MLM+NSP",
+    "sop": "mlmtrain pretrain, MLM+SOP",
     "classic": "mlmtrain, classic BERT recipe",
     "fast": "mlmtrain, fast recipe",
 }
@@ -57,9 +61,9 @@ FAST_RECIPE = {
 }
 
 
-# The electra section's ELECTRA contestant: the shipped config's recipe, but the ELECTRA paper's 15 % of the tokens
-# replaced. With the fast recipe's 40 %, the discriminator judged blocks of which 40 % were generator samples and
-# stayed at the base rate for the whole budget (docs/benchmarks/log.md).
+# The electra and objectives sections' ELECTRA contestant: the shipped config's recipe, but the ELECTRA paper's 15 %
+# of the tokens replaced. With the fast recipe's 40 %, the discriminator judged blocks of which 40 % were generator
+# samples and stayed at the base rate for the whole budget (docs/benchmarks/log.md).
 # --electra-set KEY=VALUE changes it for a run (e.g. masking.mlm_probability=0.4, electra.generator_size=0.5).
 ELECTRA_RECIPE = {"masking.mlm_probability": 0.15}
 

@@ -65,6 +65,12 @@ def verdicts(results: dict[str, Any], device_type: str) -> list[Verdict]:
     electra = results.get("electra")
     if electra:
         out.append(Verdict("electra - mlm test accuracy, equal time", electra["electra_minus_mlm"], ">=", 0.0))
+    objectives = results.get("objectives")
+    if objectives:  # a pair objective helps the pair task when its paired difference from MLM clears its interval
+        for name, label in (("nsp", "NSP"), ("sop", "SOP")):
+            diff = objectives["pair"]["rows"][name]["minus_mlm"]
+            figure = f"objectives: MLM+{label} - MLM on the pair task, beyond its interval"
+            out.append(Verdict(figure, diff["mean"] - diff["half_width"], ">", 0.0))
     downstream = results.get("downstream")
     if downstream:
         ours, hf, untrained = (downstream[name]["score"] for name in ("ours", "hf", "untrained"))

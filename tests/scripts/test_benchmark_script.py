@@ -21,6 +21,7 @@ from bench.setup import BenchmarkError
 from bench.stats import mean_interval, steady_tokens_per_s, time_to_target
 from bench.verdicts import Verdict
 
+from mlmtrain.errors import UserError
 from mlmtrain.train.precision import cpu_bf16_support, resolve_precision
 
 REPO = Path(__file__).resolve().parents[2]
@@ -334,3 +335,87 @@ def test_downstream_runs_only_when_asked_with_its_own_size_and_vocabulary() -> N
 def bench_task() -> str:
     """The labeled task the tests give the benchmark (in ../shared beside the checkout, where CI keeps it)."""
     return str(REPO.parent / "shared" / "tasks" / "wikipedia-vital-topics")
+
+
+def _pair_task(tmp_path: Path) -> Path:
+    """A sentence-pair task built by scripts/make_pair_task.py from a few dozen synthetic articles."""
+    import random
+
+    rng = random.Random(0)
+    corpus = tmp_path / "pair-corpus"
+    corpus.mkdir()
+    words = "the a river city music war king science art number law ship".split()
+    for split, count in (("train", 64), ("valid", 24), ("test", 24)):
+        articles = [
+            " ".join(" ".join(rng.choice(words) for _ in range(8)).capitalize() + "." for _ in range(4))
+            for _ in range(count)
+        ]
+        (corpus / f"{split}.txt").write_text("\n".join(articles) + "\n")
+    out = tmp_path / "pair-task"
+    command = [sys.executable, str(REPO / "scripts" / "make_pair_task.py"), "--corpus", str(corpus), "--out", str(out)]
+    _run([*command, "--min-words", "20"])
+    return out
+
+
+def test_the_objectives_section_is_on_request_with_its_pair_task_and_flop_budget(tmp_path: Path) -> None:
+    assert "objectives" not in parse_args([]).sections.split(",")
+    alone = parse_args(["--sections", "objectives"])  # the downstream sections' size and vocabulary
+    assert (alone.size, alone.vocab_size, alone.flops_budget) == ("tiny", 8000, 6e12)
+    assert parse_args(["--quick", "--sections", "objectives"]).flops_budget == 1e10
+    task = ["--task", str(_tiny_task(tmp_path / "task"))]
+    with pytest.raises(BenchmarkError, match="objectives needs a sentence-pair task folder: pass --pair-task"):
+        check_args(parse_args(["--quick", "--sections", "objectives", *task]))
+    with pytest.raises(BenchmarkError, match="is not a folder"):
+        check_args(parse_args(["--quick", "--sections", "objectives", *task, "--pair-task", str(tmp_path / "no")]))
+    with pytest.raises(UserError, match="pair"):  # a task without the pair field: refused before any pretraining
+        check_args(parse_args(["--quick", "--sections", "objectives", *task, "--pair-task", task[1]]))
+    pair_folder = tmp_path / "pairs"
+    pair_folder.mkdir()
+    for split in ("train", "valid", "test"):
+        rows = [{"text": "a b", "pair": "c d", "label": label} for label in ("same", "other")]
+        (pair_folder / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    pair = ["--pair-task", str(pair_folder)]
+    with pytest.raises(BenchmarkError, match="--flops-budget must be > 0"):
+        check_args(parse_args(["--quick", "--sections", "objectives", *task, *pair, "--flops-budget", "0"]))
+    assert check_args(parse_args(["--quick", "--sections", "objectives", *task, *pair])) == {"objectives"}
+
+
+@pytest.mark.slow
+def test_quick_objectives_at_equal_flops(tmp_path: Path) -> None:
+    task, pair_task = _tiny_task(tmp_path / "task"), _pair_task(tmp_path)
+    out = tmp_path / "results"
+    common = ["--quick", "--train", "builtin:python-docs", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    sections = ["--sections", "objectives", "--task", str(task), "--pair-task", str(pair_task)]
+    _run([sys.executable, str(SCRIPT), *common, *sections])
+    report = _report(out)
+    objectives = report["objectives"]
+    budget = objectives["flops_budget"]
+    assert budget == 1e10
+    for name, objective in (("mlm", "mlm"), ("nsp", "mlm+nsp"), ("sop", "mlm+sop"), ("electra", "electra")):
+        run = objectives["pretrained"][name]
+        # each stopped by the FLOP budget: past it by at most the last step's FLOPs
+        assert budget <= run["flops"] < budget + run["flops"] / run["steps"] + 1, (name, run)
+        assert f"train.objective={objective}" in run["command"] and f"train.max_flops={budget}" in run["command"]
+        assert "train.max_steps=null" in run["command"] and "train.seed=0" in run["command"]
+    assert "masking.mlm_probability=0.15" in objectives["pretrained"]["electra"]["command"]
+    assert "masking.mlm_probability" not in objectives["pretrained"]["nsp"]["command"]
+    for key, folder in (("single", task), ("pair", pair_task)):
+        section = objectives[key]
+        assert section["task"] == str(folder)
+        assert ("--pair-field pair" in section["probe_command"]) == (key == "pair")
+        assert section["segments"] == (2 if key == "pair" else 1)  # the pair task fine-tuned on both its texts
+        rows = section["rows"]
+        assert set(rows) == {"untrained", "mlm", "nsp", "sop", "electra"}
+        for name, row in rows.items():
+            assert len(row["values"]) == 2 and 0.0 <= row["mean"] <= 1.0
+            if name == "mlm":
+                assert "minus_mlm" not in row
+                continue
+            paired = [x - y for x, y in zip(row["values"], rows["mlm"]["values"], strict=True)]
+            assert row["minus_mlm"]["values"] == pytest.approx(paired)
+    assert [v["figure"] for v in report["verdicts"]] == [
+        "objectives: MLM+NSP - MLM on the pair task, beyond its interval",
+        "objectives: MLM+SOP - MLM on the pair task, beyond its interval",
+    ]
+    text = next(out.glob("benchmark-*.md")).read_text()
+    assert "## Objectives at equal FLOPs" in text and "| mlmtrain pretrain, MLM+SOP |" in text
