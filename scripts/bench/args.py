@@ -35,7 +35,10 @@ DEFAULTS = {
     "vocab_size": 30522,
     "probe_epochs": 3,
     "downstream_budget": 600.0,
-    "flops_budget": 6e12,
+    "flops_budget": 3e13,
+    "adapt_budget": 300.0,
+    "adapt_extend": 0,
+    "adapt_warm": 0.0,
     "seeds": 3,
     "probe_lr": 3e-4,
     "probe_batch": 32,
@@ -74,6 +77,9 @@ QUICK = {
     "probe_epochs": 1,
     "downstream_budget": 5.0,
     "flops_budget": 1e10,
+    "adapt_budget": 5.0,
+    "adapt_extend": 0,
+    "adapt_warm": 0.0,
     "seeds": 2,
     "probe_lr": 1e-4,
     "probe_batch": 8,
@@ -137,6 +143,13 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add("--task", help="downstream, electra, objectives, recipes: a labeled task folder (train/valid/test)")
     add("--pair-task", help="objectives: a sentence-pair task folder (text, pair, label; scripts/make_pair_task.py)")
     defaulted("--flops-budget", float, "objectives: pretraining FLOPs a side (train.max_flops)")
+    add("--adapt-base", help="adapt: the encoder to continue, a masked-LM folder or hub name (model.init_from)")
+    add("--adapt-train", help="adapt: the new domain's training text (a valid.txt beside it is its held-out text)")
+    add("--adapt-valid", help="adapt: the new domain's held-out text (default valid.txt beside --adapt-train)")
+    add("--adapt-task", help="adapt: a labeled task folder of the new domain (scripts/make_book_task.py builds one)")
+    defaulted("--adapt-budget", float, "adapt: continued-pretraining seconds a side")
+    defaulted("--adapt-extend", int, "adapt: also run tokenizer.extend_vocab N at the same budget; 0: not")
+    defaulted("--adapt-warm", float, "adapt: seconds of MLM on --train first, for a base whose head is no LM's")
     defaulted("--downstream-budget", float, "downstream, electra: pretraining seconds a side")
     defaulted("--seeds", int, "downstream, electra, objectives, recipes: fine-tuning seeds per model")
     defaulted("--probe-lr", float, "downstream: fine-tuning learning rate")
@@ -180,7 +193,7 @@ def check_args(args: argparse.Namespace) -> set[str]:
         raise BenchmarkError(f"--report-md {args.report_md} exists; give a new file name (a report is never replaced)")
     if args.task and not Path(args.task).is_dir():
         raise BenchmarkError(f"--task {args.task} is not a folder: pass a labeled task folder (train/valid/test files)")
-    finetuned = set(FINETUNED) & sections
+    finetuned = set(FINETUNED + ("adapt",)) & sections
     if finetuned and not args.task:
         raise BenchmarkError(f"{min(finetuned)} needs a labeled task folder: pass --task FOLDER")
     if finetuned and args.seeds < 2:
@@ -195,9 +208,11 @@ def check_args(args: argparse.Namespace) -> set[str]:
         from mlmtrain.evaluate.tasks import TaskFields, load_task
 
         load_task(args.pair_task, TaskFields(pair="pair"))
+    if "adapt" in sections:
+        _check_adapt(args)
     if "objectives" in sections and not args.flops_budget > 0:
         raise BenchmarkError(f"--flops-budget must be > 0 (got {args.flops_budget:g})")
-    if {"throughput", "quality", "tuned", "recipe", "recipes", "downstream"} & sections:
+    if {"throughput", "quality", "tuned", "recipe", "recipes", "downstream", "adapt"} & sections:
         missing = [name for name in ("datasets", "accelerate") if importlib.util.find_spec(name) is None]
         if missing:
             raise BenchmarkError(
@@ -206,3 +221,29 @@ def check_args(args: argparse.Namespace) -> set[str]:
                 "or run --sections limit,growth only"
             )
     return sections
+
+
+def _check_adapt(args: argparse.Namespace) -> None:
+    """The adapt section's inputs, all read before any training: the base, the domain's text and task."""
+    if not args.adapt_base:
+        raise BenchmarkError("adapt needs the encoder to continue: pass --adapt-base MODEL (a folder or hub name)")
+    if not (args.adapt_train and Path(args.adapt_train).is_file()):
+        raise BenchmarkError(
+            f"adapt needs the new domain's text as a file: pass --adapt-train FILE (got {args.adapt_train})"
+        )
+    valid = args.adapt_valid or default_valid(args.adapt_train)
+    if not (valid and Path(valid).is_file()):
+        raise BenchmarkError(
+            "adapt needs the domain's held-out text: put valid.txt beside --adapt-train or pass --adapt-valid"
+        )
+    if not (args.adapt_task and Path(args.adapt_task).is_dir()):
+        raise BenchmarkError(
+            "adapt needs a labeled task of the new domain: pass --adapt-task FOLDER (scripts/make_book_task.py)"
+        )
+    if not args.adapt_budget > 0 or args.adapt_warm < 0 or args.adapt_extend < 0:
+        raise BenchmarkError("--adapt-budget must be > 0, --adapt-warm and --adapt-extend >= 0")
+    from mlmtrain.evaluate.tasks import TaskFields, load_task
+    from mlmtrain.train.init_from import check_base
+
+    load_task(args.adapt_task, TaskFields())
+    check_base(args.adapt_base)  # a base that is no BERT masked LM is refused before the race

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import torch
 
+from bench.adapt import section_adapt
 from bench.args import check_args, parse_args
 from bench.downstream import section_downstream, section_electra
 from bench.objectives import section_objectives
@@ -35,6 +36,7 @@ SECTION_RUNS: dict[str, Callable[[Setup], dict[str, Any]]] = {
     "growth": section_growth,
     "downstream": section_downstream,
     "objectives": section_objectives,
+    "adapt": section_adapt,
 }
 
 

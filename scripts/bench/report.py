@@ -188,6 +188,55 @@ def _objectives_lines(objectives: dict[str, Any]) -> list[str]:
     ]
 
 
+def _adapt_lines(adapt: dict[str, Any]) -> list[str]:
+    """One row per encoder: steps and tokens/s in the budget, perplexity on the domain's and the general held-out
+    text, and per task the accuracy and its paired difference from the base, with the 95 % interval over seeds."""
+    rows = []
+    for name in ("base", "ours", "hf", "extend"):
+        row = adapt["rows"].get(name)
+        if row is None:
+            continue
+        cells = [LABELS[name], _number(row.get("steps")), _number(row.get("tokens_per_s"))]
+        cells += [f"{row['domain_ppl']:.2f}", f"{row['general_ppl']:.2f}"]
+        for task in ("domain", "general"):
+            cells += [
+                _interval(row[task]),
+                _interval(row[task]["minus_base"], sign=True) if "minus_base" in row[task] else "–",
+            ]
+        rows.append(cells)
+    names = {key: Path(task).name for key, task in adapt["tasks"].items()}
+    header = ["encoder", "steps", "tokens/s", f"{Path(adapt['valid']).parent.name} ppl", "general ppl"]
+    for key in ("domain", "general"):
+        header += [f"{names[key]} accuracy", "minus base (paired)"]
+    warm = adapt.get("warm")
+    lines = [
+        f"## Continued pretraining at equal time ({adapt['budget_s']:g} s a side from {adapt['base']}), fine-tuned "
+        f"over {adapt['seeds']} seeds: test accuracy, mean ± 95% interval",
+        "",
+    ]
+    lines += _table(header, rows)
+    base = adapt["rows"]["base"]
+    notes = [
+        "",
+        f"tokens/s: ours / HF recipe = {adapt['tokens_per_s_ratio']:.2f}. Perplexity: `mlmtrain eval-perplexity` on "
+        f"{adapt['valid']} and on the general validation text, the same blocks and masks for every model"
+        + (
+            " (the extended vocabulary tokenizes the text otherwise: its perplexity is over other tokens)."
+            if adapt["extend_vocab"]
+            else "."
+        ),
+        f"Fine-tuning: {adapt['epochs']} epochs; train/test examples {base['domain_examples']} (domain), "
+        f"{base['general_examples']} (general); majority-class accuracy {base['domain_majority']} / "
+        f"{base['general_majority']}.",
+    ]
+    if warm:
+        notes.append(
+            f"The base was first warmed {warm['seconds']:g} s on the general text at lr {warm['lr']:g} "
+            f"({warm['steps']} steps)."
+        )
+    return lines + notes + [""]
+
+
 def _downstream_lines(downstream: dict[str, Any]) -> list[str]:
     tune = downstream["finetune"]
     rows = []
@@ -293,6 +342,7 @@ SECTION_LINES: tuple[tuple[str, Callable[[dict[str, Any]], list[str]]], ...] = (
     ("electra", _electra_lines),
     ("downstream", _downstream_lines),
     ("objectives", _objectives_lines),
+    ("adapt", _adapt_lines),
 )
 
 

@@ -29,14 +29,19 @@ SECTIONS = (
     "downstream",
     "electra",
     "objectives",
+    "adapt",
 )
 
 
-DEFAULT_SECTIONS = SECTIONS[:8]  # downstream, electra, objectives pretrain for many minutes and fine-tune: when asked
+DEFAULT_SECTIONS = SECTIONS[
+    :8
+]  # downstream, electra, objectives, adapt pretrain for many minutes and fine-tune: when asked
 
 
 LABELS = {
     "ours": "mlmtrain pretrain",
+    "base": "the base encoder (not adapted)",
+    "extend": "mlmtrain pretrain, tokenizer.extend_vocab",
     "hf": "HF Trainer recipe",
     "bare": "bare step (limit)",
     "untrained": "untrained (initial weights)",

@@ -71,6 +71,32 @@ def verdicts(results: dict[str, Any], device_type: str) -> list[Verdict]:
             diff = objectives["pair"]["rows"][name]["minus_mlm"]
             figure = f"objectives: MLM+{label} - MLM on the pair task, beyond its interval"
             out.append(Verdict(figure, diff["mean"] - diff["half_width"], ">", 0.0))
+    adapt = results.get("adapt")
+    if adapt:  # the three targets: adaptation pays in the domain, ours >= the HF recipe, ours >= 2x tokens/s
+        rows = adapt["rows"]
+        gain = rows["ours"]["domain"]["minus_base"]
+        out.append(
+            Verdict(
+                "adapt: ours - base on the domain task, beyond its interval",
+                gain["mean"] - gain["half_width"],
+                ">",
+                0.0,
+            )
+        )
+        out.append(
+            Verdict(
+                "adapt: ours / HF recipe, domain task accuracy",
+                rows["ours"]["domain"]["mean"] / rows["hf"]["domain"]["mean"],
+                ">=",
+                1.0,
+            )
+        )
+        out.append(
+            Verdict(
+                "adapt: ours / HF recipe, domain ppl", rows["ours"]["domain_ppl"] / rows["hf"]["domain_ppl"], "<=", 1.0
+            )
+        )
+        out.append(Verdict("adapt: tokens/s ours / HF recipe", adapt["tokens_per_s_ratio"], ">=", 2.0))
     downstream = results.get("downstream")
     if downstream:
         ours, hf, untrained = (downstream[name]["score"] for name in ("ours", "hf", "untrained"))

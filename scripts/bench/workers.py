@@ -123,7 +123,7 @@ def run_mlm_blocks(tokenizer: Any, text_file: str, seq_len: int, cache_dir: str)
 
 # The HF worker's modes that run our hyperparameters and our learning-rate schedule (`clocked_schedule`); the others
 # (throughput, quality) run the recipe's own. One set for both, so the two cannot drift apart again.
-OUR_SCHEDULE_MODES = ("recipe", "tuned", "downstream")
+OUR_SCHEDULE_MODES = ("recipe", "tuned", "downstream", "adapt")
 
 
 # TrainingArguments' name for each of our optim settings that the HF recipe is given
@@ -157,7 +157,7 @@ def recipe_arguments(cfg: Config, spec: dict[str, Any]) -> dict[str, Any]:
     }
     if spec["mode"] in ("throughput", "recipe"):
         arguments.update(max_steps=spec["steps"])
-    if spec["mode"] in ("tuned", "downstream"):
+    if spec["mode"] in ("tuned", "downstream", "adapt"):
         # the clock stops it: run_mlm.py's default of 3 epochs could end it before the budget (tiny on 1 M tokens
         # did 3 epochs in 376 of its 900 s), and equal time means equal time
         arguments.update(max_steps=10**7)
@@ -173,10 +173,17 @@ def hf_worker(spec: dict[str, Any]) -> dict[str, Any]:
 
     cfg = load_config(spec["config"], spec["overrides"])
     device = torch.device(cfg.train.device)
-    tokenizer = AutoTokenizer.from_pretrained(str(cfg.tokenizer_dir))
+    if spec.get("base"):  # continued pretraining: the model and tokenizer as run_mlm.py --model_name_or_path loads them
+        from transformers import AutoModelForMaskedLM
+
+        tokenizer = AutoTokenizer.from_pretrained(spec["base"])
+        torch.manual_seed(cfg.train.seed)
+        model = AutoModelForMaskedLM.from_pretrained(spec["base"])
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(str(cfg.tokenizer_dir))
+        torch.manual_seed(cfg.train.seed)  # the same initial weights as ours: same seed, same build_model
+        model = build_model(cfg.model, vocab_size=len(tokenizer), pad_id=tokenizer.pad_token_id)
     dataset = run_mlm_blocks(tokenizer, spec["train_text"], cfg.data.seq_len, spec["hf_cache"])
-    torch.manual_seed(cfg.train.seed)  # the same initial weights as ours: same seed, same build_model
-    model = build_model(cfg.model, vocab_size=len(tokenizer), pad_id=tokenizer.pad_token_id)
 
     evaluate = _evaluator(cfg, tokenizer) if spec["mode"] in ("quality", "tuned", "recipe") else None
     clock = StepClock(device, evaluate, spec.get("eval_every", 0), spec.get("budget"))
