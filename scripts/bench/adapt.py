@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from bench.contestants import REPO, _child_env, run_logged, run_worker
+from bench.contestants import REPO, _child_env, run_ours, run_worker
 from bench.downstream import finetune_all
 from bench.setup import BenchmarkError, Setup, default_valid
 from bench.stats import mean_interval, steady_tokens_per_s
@@ -75,18 +75,7 @@ def run_continue(setup: Setup, name: str, overrides: list[str], precision: str) 
     run_dir = setup.run_dir(f"adapt-{name}")
     overrides = overrides + [f"train.precision={precision}"] + list(setup.args.set)
     _tokenized(overrides)
-    command = [sys.executable, "-m", "mlmtrain", "pretrain", "--config", str(CONFIG), "--overwrite"]
-    command += [arg for override in overrides for arg in ("--set", override)]
-    rss = run_logged(command, run_dir)
-    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    train = [m for m in lines if "loss" in m]
-    return {
-        "points": [(m["tokens"], m["elapsed_s"]) for m in train],
-        "steps": train[-1]["step"] if train else 0,
-        "process_peak_rss_mb": rss,
-        "command": " ".join(command),
-        "model": run_dir / "checkpoints" / "latest",
-    }
+    return run_ours(setup, run_dir, overrides, config=CONFIG) | {"model": run_dir / "checkpoints" / "latest"}
 
 
 def perplexity(setup: Setup, model: Path, text: Path) -> float:

@@ -54,9 +54,18 @@ def read_metrics(path: Path) -> tuple[list[dict], list[dict]]:
     return [m for m in lines if "loss" in m], [m for m in lines if "eval_ppl" in m]
 
 
-def run_ours(setup: Setup, run_dir: Path, overrides: list[str]) -> dict[str, Any]:
-    """`python -m mlmtrain pretrain`, as a user runs it; its per-step points and evaluations come from metrics.jsonl."""
-    command = [sys.executable, "-m", "mlmtrain", "pretrain", "--config", str(setup.config_path()), "--overwrite"]
+def run_ours(setup: Setup, run_dir: Path, overrides: list[str], config: Optional[Path] = None) -> dict[str, Any]:
+    """`python -m mlmtrain pretrain` on `config` (default the size's), as a user runs it; its per-step points and
+    evaluations come from metrics.jsonl."""
+    command = [
+        sys.executable,
+        "-m",
+        "mlmtrain",
+        "pretrain",
+        "--config",
+        str(config or setup.config_path()),
+        "--overwrite",
+    ]
     command += [arg for override in overrides for arg in ("--set", override)]
     rss = run_logged(command, run_dir)
     train, evals = read_metrics(run_dir / "metrics.jsonl")
