@@ -86,6 +86,9 @@ def _masked_lm_folder(folder: Path) -> Path:
     return generator
 
 
+MAX_DEMO_SAMPLES = 1_000_000  # mask-demo --samples: each share to about ±0.1 %, drawn in well under a minute
+
+
 def _positive(value: Optional[int], flag: str) -> None:
     if value is not None and value < 1:
         raise UserError("argument", f"{flag} must be >= 1 (got {value})")
@@ -335,6 +338,12 @@ def run_mask_demo_command(
     except UnicodeEncodeError as error:
         raise UserError("argument", f"TEXT is not valid UTF-8 ({error.reason}); convert it to UTF-8") from None
     _positive(samples, "--samples")
+    if samples is not None and samples > MAX_DEMO_SAMPLES:  # the draws run one text at a time: K sets the minutes
+        raise UserError(
+            "argument",
+            f"--samples must be at most {MAX_DEMO_SAMPLES:,} (got {samples:,}); a million draws already give each "
+            "share to about ±0.1 %",
+        )
     if seed is not None and abs(seed) > LARGEST_INT:
         raise UserError("argument", f"--seed is out of range (got {seed}); it must lie within ±{LARGEST_INT}")
     cfg = load_config(config, list(overrides))

@@ -592,6 +592,60 @@ def dropout_changes(folder: Path, cfg: Config) -> list[str]:
     return [f"{key}: {saved.get(key)} -> {value}" for key, value in wanted.items() if saved.get(key) != value]
 
 
+# The config keys that change what a resumed run trains on or how (the data, its order and masks, the budget and
+# schedule, the precision); dropout and the optimizer's betas, eps and weight decay have notes of their own, and the
+# rest (cadences, folders, evaluation, reports) changes no weight.
+_TRAINING_KEYS = (
+    "data.train",
+    "data.validation",
+    "data.validation_fraction",
+    "data.text_field",
+    "data.txt_documents",
+    "data.seq_len",
+    "data.packing",
+    "data.shuffle_buffer",
+    "masking.mlm_probability",
+    "masking.mask_replace",
+    "masking.random_replace",
+    "masking.whole_word",
+    "masking.fixed_count",
+    "optim.lr",
+    "optim.warmup_steps",
+    "optim.schedule",
+    "optim.cycle_peak",
+    "optim.min_lr_ratio",
+    "optim.grad_clip",
+    "train.batch_size",
+    "train.micro_batch_size",
+    "train.max_steps",
+    "train.max_tokens",
+    "train.max_time",
+    "train.max_flops",
+    "train.precision",
+    "train.seed",
+)
+
+
+def setting_changes(folder: Path, cfg: Config) -> list[str]:
+    """The training settings of the config that differ from the ones the checkpoint's run used (its mlmtrain.yaml),
+    as 'key: saved -> config': a resume applies the config's, so the run no longer reproduces an uninterrupted one.
+    Empty for a checkpoint without a readable mlmtrain.yaml (nothing to compare)."""
+    try:
+        saved = read_yaml(Path(folder) / "mlmtrain.yaml")
+    except UserError:
+        return []
+    wanted = cfg.to_dict()
+    changes = []
+    for dotted in _TRAINING_KEYS:
+        section, key = dotted.split(".")
+        saved_section = saved.get(section)
+        if not isinstance(saved_section, dict) or key not in saved_section:
+            continue  # an older mlmtrain's file without the key: nothing to compare
+        if saved_section[key] != wanted[section][key]:
+            changes.append(f"{dotted}: {saved_section[key]} -> {wanted[section][key]}")
+    return changes
+
+
 def saved_pair_objective(folder: Path) -> str:
     """Which pair objective trained a BertForPreTraining checkpoint: its mlmtrain.yaml says (mlm+nsp, BERT's own
     objective, when the file is missing or says nothing of use)."""

@@ -40,6 +40,7 @@ from mlmtrain.train.step import (
     StepResult,
     TrainingSetup,
     budget_progress,
+    budget_shares,
     build_setup,
     compile_failure,
     reproducible_compile,
@@ -157,6 +158,14 @@ def eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
 
 def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Path], task: Optional[Task]) -> Path:
     setup = build_setup(cfg, ctx, resume_from)
+    if resume_from is not None and budget_progress(cfg, setup.state) >= 1.0:  # nothing left: write nothing
+        if ctx.is_main:
+            spent = [key for key, share in budget_shares(cfg, setup.state).items() if share >= 1.0]
+            say(
+                f"{resume_from} (step {setup.state.step}) has already spent the run's budget ({', '.join(spent)}); "
+                "nothing to train: raise that budget with --set to train further"
+            )
+        return resume_from
     validation = eval_set(cfg, setup.tokenizer) if ctx.is_main and cfg.train.eval_every else None
     probe = LiveProbe(cfg.probe, task, setup.tokenizer, ctx.device, cfg.train.seed) if task else None
     if ctx.is_main:

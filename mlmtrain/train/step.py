@@ -170,6 +170,12 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
         dropout_changed = ckpt.dropout_changes(resume_from, cfg)  # applied by load_resume_model
         if dropout_changed and ctx.is_main:
             say(f"note: dropout from the config replaces the checkpoint's ({'; '.join(dropout_changed)})")
+        setting_changed = ckpt.setting_changes(resume_from, cfg)
+        if setting_changed and ctx.is_main:
+            say(
+                f"note: resuming with training settings other than the checkpoint's ({'; '.join(setting_changed)}); "
+                "the run goes on under the config's, so it will not reproduce an uninterrupted run"
+            )
         state = TrainState(**saved["train_state"])
         # micro_batches counts this rank's micro-batches; another world size or micro-batch takes the same global
         # batches in other bites, so carry the position over in whole global batches.
@@ -268,19 +274,22 @@ def _micro_batches(
     return MicroBatches(blocks, collator, layout, cfg.train.seed, start=state.micro_batches)
 
 
+def budget_shares(cfg: Config, state: TrainState) -> dict[str, float]:
+    """Share used of each budget the config sets, by its key (train.max_steps, max_tokens, max_time, max_flops)."""
+    t = cfg.train
+    used = {"max_steps": state.step, "max_tokens": state.tokens, "max_time": state.elapsed_s, "max_flops": state.flops}
+    limits = {
+        "max_steps": t.max_steps,
+        "max_tokens": t.max_tokens,
+        "max_time": t.max_time_seconds,
+        "max_flops": t.max_flops,
+    }
+    return {f"train.{key}": used[key] / limit for key, limit in limits.items() if limit}
+
+
 def budget_progress(cfg: Config, state: TrainState) -> float:
     """Share of the budget used: the largest of steps, tokens, wall time and FLOPs (whichever are set)."""
-    t = cfg.train
-    shares = [0.0]
-    if t.max_steps:
-        shares.append(state.step / t.max_steps)
-    if t.max_tokens:
-        shares.append(state.tokens / t.max_tokens)
-    if t.max_time_seconds:
-        shares.append(state.elapsed_s / t.max_time_seconds)
-    if t.max_flops:
-        shares.append(state.flops / t.max_flops)
-    return max(shares)
+    return max(budget_shares(cfg, state).values(), default=0.0)
 
 
 @dataclass

@@ -69,6 +69,7 @@ def test_mask_demo_json_and_text(tiny_data: Path, tmp_path: Path) -> None:
         (["   "], "TEXT is empty"),
         (["some text", "--set", f"tokenizer.path={'/no/such/tokenizer'}"], "run `mlmtrain tokenize` first"),
         (["some text", "--samples", "0"], "--samples must be >= 1"),
+        (["some text", "--samples", "1000001"], "--samples must be at most 1,000,000 (got 1,000,001)"),
     ],
 )
 def test_mask_demo_bad_input_is_one_line(args: list[str], needle: str, tmp_path: Path) -> None:
