@@ -60,6 +60,10 @@ def _header_lines(results: dict[str, Any]) -> list[str]:
         commit += ", with uncommitted changes"
     memory = f", {m['memory_gib']:.0f} GiB" if m.get("memory_gib") else ""
     software = ", ".join(f"{name} {m['versions'][name]}" for name in SOFTWARE if m["versions"].get(name))
+    model = f"{s['size']}, "
+    timed = f"{s['steps']} steps ({s['warmup_steps']} warm-up), {s['rounds']} rounds, vocab {s['vocab_size']}, "
+    if s.get("sections") == ["adapt"]:  # every model there has the base's shape and vocabulary; nothing is timed
+        model, timed = "the base's shape and vocabulary, ", ""
     return [
         f"# mlmtrain benchmark, {results['created']}",
         "",
@@ -70,8 +74,7 @@ def _header_lines(results: dict[str, Any]) -> list[str]:
         + (f", {m['gpu']}" if m.get("gpu") else "")
         + f"; {m['platform']}",
         f"- software: Python {m['python']}, {software}",
-        f"- settings: {s['size']}, seq_len {s['seq_len']}, batch {s['batch']}, {s['precision']} on {s['device']}, "
-        f"{s['steps']} steps ({s['warmup_steps']} warm-up), {s['rounds']} rounds, vocab {s['vocab_size']}, "
+        f"- settings: {model}seq_len {s['seq_len']}, batch {s['batch']}, {s['precision']} on {s['device']}, {timed}"
         f"data {s['train_text']}" + (f", our --set {' '.join(s['set'])}" if s["set"] else ""),
         "",
     ]
@@ -188,6 +191,10 @@ def _objectives_lines(objectives: dict[str, Any]) -> list[str]:
     ]
 
 
+def _share(value: Optional[float]) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def _adapt_lines(adapt: dict[str, Any]) -> list[str]:
     """One row per encoder: steps and tokens/s in the budget, perplexity on the domain's and the general held-out
     text, and per task the accuracy and its paired difference from the base, with the 95 % interval over seeds."""
@@ -226,8 +233,8 @@ def _adapt_lines(adapt: dict[str, Any]) -> list[str]:
             else "."
         ),
         f"Fine-tuning: {adapt['epochs']} epochs; train/test examples {base['domain_examples']} (domain), "
-        f"{base['general_examples']} (general); majority-class accuracy {base['domain_majority']} / "
-        f"{base['general_majority']}.",
+        f"{base['general_examples']} (general); majority-class accuracy {_share(base['domain_majority'])} / "
+        f"{_share(base['general_majority'])}.",
     ]
     if warm:
         notes.append(

@@ -395,7 +395,8 @@ def test_live_probe_leaves_the_run_as_without_it_and_its_time_off_the_clock(topi
     """Probing forks the random state and restores the model's mode: the losses equal those of a run without it.
     And the budget's clock stops while it probes: elapsed_s grows by about one step across a probe."""
     runs = []
-    probe = {"probe.task": str(topics / "task"), "probe.mode": "finetune", "probe.epochs": 3}
+    # 20 epochs: a probe many steps long, so a step's own time (which load stretches) stays far below half of it
+    probe = {"probe.task": str(topics / "task"), "probe.mode": "finetune", "probe.epochs": 20}
     for name, extra in (("plain", {}), ("probed", probe)):
         options = {"train.run_dir": str(tmp_path / name), "train.max_steps": 6, "train.eval_every": 2, **extra}
         pretrain(load_config(None, topic_overrides(topics, **options)))

@@ -86,3 +86,5 @@ def test_quick_adapt_races_ours_and_the_hf_recipe_from_one_base(tmp_path: Path) 
     assert adapt["tokens_per_s_ratio"] == pytest.approx(rows["ours"]["tokens_per_s"] / rows["hf"]["tokens_per_s"])
     text = next(out.glob("benchmark-*.md")).read_text()
     assert "## Continued pretraining at equal time" in text and "| the base encoder (not adapted) |" in text
+    assert "- settings: the base's shape and vocabulary, seq_len 32," in text  # no --size, no timed steps
+    assert "rounds" not in text.split("- settings:")[1].splitlines()[0]
