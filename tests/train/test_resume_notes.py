@@ -15,6 +15,7 @@ from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train.loop import pretrain
 
 from ..conftest import tiny_overrides
+from ..runtime.test_safety import snapshot
 from .test_reliability import run_cli, set_options
 
 QUICK = {"train.max_steps": 4, "train.eval_every": 2, "checkpoint.save_every": 2}
@@ -33,21 +34,16 @@ def finished_run(trained_once: Path, tmp_path: Path) -> Path:
     return shutil.copytree(trained_once, tmp_path / "run", symlinks=True)
 
 
-def _snapshot(run_dir: Path) -> dict[str, bytes]:
-    """Every file of the run folder by its relative path, with its bytes."""
-    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
-
-
 def test_resuming_a_finished_run_trains_and_writes_nothing(
     finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    before = _snapshot(finished_run)
+    before = snapshot(finished_run)
     code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, finished_run, **QUICK), "--resume", "auto")
     assert code == 0, lines
     text = "\n".join(lines)
     assert "has already spent the run's budget (train.max_steps); nothing to train" in text, text
     assert "step-4" in text
-    assert _snapshot(finished_run) == before  # no duplicate eval line in metrics.jsonl, no checkpoint rewritten
+    assert snapshot(finished_run) == before  # no duplicate eval line in metrics.jsonl, no checkpoint rewritten
 
 
 def test_a_finished_run_with_a_larger_budget_goes_on(
