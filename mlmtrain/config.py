@@ -14,7 +14,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, ClassVar, Literal, Union
 
 import yaml
 
@@ -23,16 +23,32 @@ from mlmtrain.errors import UserError
 Source = Union[str, list[str]]
 
 
-def _f(default: Any, help: str) -> Any:
-    """A dataclass field with a default and a one-line description."""
+RESUME_KINDS = ("note", "own-note", "silent")
+"""What a resume under another value of a key does: `note`, the key changes what or how the run trains and the
+resume note of training settings names the change; `own-note`, it changes training and has a note of its own
+(dropout, the optimizer's settings); `silent`, it changes no weight (folders, cadences, evaluation, reports)."""
+
+
+def _f(default: Any, help: str, *, resume: str) -> Any:
+    """A dataclass field with a default, a one-line description and what a resume under another value says
+    (`RESUME_KINDS`)."""
+    if resume not in RESUME_KINDS:
+        raise ValueError(f"resume must be one of {RESUME_KINDS} (got {resume!r})")
+    metadata = {"help": help, "resume": resume}
     if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
-def _default(cls: type, name: str) -> Any:
-    """The declared default of one field of a section dataclass."""
-    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+def _trains(default: Any, help: str) -> Any:
+    """A key that changes what or how the run trains: `_f` with resume="note"."""
+    return _f(default, help, resume="note")
+
+
+def _quiet(default: Any, help: str) -> Any:
+    """A key that changes no weight (a folder, a cadence, an evaluation or report setting): `_f` with
+    resume="silent"."""
+    return _f(default, help, resume="silent")
 
 
 def _check(ok: bool, key: str, message: str) -> None:
@@ -42,29 +58,33 @@ def _check(ok: bool, key: str, message: str) -> None:
 
 @dataclass
 class DataConfig:
-    train: Source = _f(
+    train: Source = _trains(
         "builtin:python-docs",
         "training text: a path, glob or list of them (.txt .jsonl .json .parquet .csv), "
         "'builtin:python-docs', 'builtin:python-docstrings', or 'hf:NAME[/CONFIG]:SPLIT'",
     )
-    validation: Union[Source, None] = _f(
+    validation: Union[Source, None] = _trains(
         None, "validation text (same forms as train); null splits validation_fraction off train"
     )
-    validation_fraction: float = _f(0.05, "share of training documents held out for validation when validation is null")
-    text_field: str = _f("text", "column / JSON key that holds the text in .jsonl .json .parquet .csv and hub data")
-    txt_documents: Literal["line", "paragraph"] = _f(
+    validation_fraction: float = _trains(
+        0.05, "share of training documents held out for validation when validation is null"
+    )
+    text_field: str = _trains(
+        "text", "column / JSON key that holds the text in .jsonl .json .parquet .csv and hub data"
+    )
+    txt_documents: Literal["line", "paragraph"] = _trains(
         "line", "how a .txt file splits into documents: one per line, or blank-line-separated paragraphs"
     )
-    seq_len: int = _f(128, "tokens per training block, [CLS] and [SEP] included")
-    packing: bool = _f(
+    seq_len: int = _trains(128, "tokens per training block, [CLS] and [SEP] included")
+    packing: bool = _trains(
         True, "concatenate documents into full blocks (no padding); false: one document per block, padded"
     )
-    store: Union[str, None] = _f(None, "token store folder written by `tokenize`; null: <run_dir>/tokens")
-    use_store: bool = _f(
+    store: Union[str, None] = _quiet(None, "token store folder written by `tokenize`; null: <run_dir>/tokens")
+    use_store: bool = _trains(
         True, "read pre-tokenized blocks from the store; false: tokenize a live stream in the loader workers"
     )
-    num_workers: int = _f(1, "DataLoader worker processes that cut blocks and draw masks")
-    shuffle_buffer: int = _f(10000, "blocks held for shuffling a live stream (the store shuffles exactly)")
+    num_workers: int = _quiet(1, "DataLoader worker processes that cut blocks and draw masks")
+    shuffle_buffer: int = _trains(10000, "blocks held for shuffling a live stream (the store shuffles exactly)")
 
     def validate(self) -> None:
         _check(0.0 <= self.validation_fraction < 1.0, "data.validation_fraction", "must be in [0, 1)")
@@ -76,16 +96,18 @@ class DataConfig:
 
 @dataclass
 class TokenizerConfig:
-    path: Union[str, None] = _f(
+    path: Union[str, None] = _quiet(
         None, "tokenizer folder (written by `tokenize`, read by `pretrain`); null: <run_dir>/tokenizer"
     )
-    pretrained: Union[str, None] = _f(None, "reuse this existing tokenizer folder or hub name instead of training one")
-    vocab_size: int = _f(30522, "WordPiece vocabulary size, special tokens included")
-    lowercase: bool = _f(True, "lower-case text before tokenizing")
-    strip_accents: Union[bool, None] = _f(None, "strip accents; null: follow lowercase, as BERT does")
-    min_frequency: int = _f(2, "a merge must occur this often to enter the vocabulary")
-    limit_alphabet: int = _f(1000, "at most this many distinct characters in the initial alphabet")
-    extend_vocab: int = _f(
+    pretrained: Union[str, None] = _trains(
+        None, "reuse this existing tokenizer folder or hub name instead of training one"
+    )
+    vocab_size: int = _trains(30522, "WordPiece vocabulary size, special tokens included")
+    lowercase: bool = _trains(True, "lower-case text before tokenizing")
+    strip_accents: Union[bool, None] = _trains(None, "strip accents; null: follow lowercase, as BERT does")
+    min_frequency: int = _trains(2, "a merge must occur this often to enter the vocabulary")
+    limit_alphabet: int = _trains(1000, "at most this many distinct characters in the initial alphabet")
+    extend_vocab: int = _trains(
         0,
         "with model.init_from: add up to this many whole words frequent in data.train that the base's tokenizer "
         "splits into several pieces, each new embedding row the mean of its pieces' rows; 0: none",
@@ -100,17 +122,17 @@ class TokenizerConfig:
 
 @dataclass
 class MaskingConfig:
-    mlm_probability: float = _f(0.15, "share of ordinary tokens selected for prediction")
-    mask_replace: float = _f(0.8, "share of selected tokens replaced by [MASK]")
-    random_replace: float = _f(0.1, "share of selected tokens replaced by a random ordinary token")
-    whole_word: bool = _f(False, "select all WordPiece pieces of a word together")
-    fixed_count: bool = _f(
+    mlm_probability: float = _trains(0.15, "share of ordinary tokens selected for prediction")
+    mask_replace: float = _trains(0.8, "share of selected tokens replaced by [MASK]")
+    random_replace: float = _trains(0.1, "share of selected tokens replaced by a random ordinary token")
+    whole_word: bool = _trains(False, "select all WordPiece pieces of a word together")
+    fixed_count: bool = _trains(
         False,
         "select exactly round(rate x maskable tokens) per block instead of a coin per token; with packing the inner "
         "[SEP]s are not maskable, so the count varies a little between blocks (shapes are not fully static)",
     )
-    eval_seed: int = _f(1234, "seed of the fixed evaluation masks")
-    eval_mlm_probability: float = _f(
+    eval_seed: int = _quiet(1234, "seed of the fixed evaluation masks")
+    eval_mlm_probability: float = _quiet(
         0.15,
         "share of ordinary tokens evaluations mask, 80/10/10 and a coin per token, whatever the training masking "
         "above: perplexities stay comparable across recipes",
@@ -138,19 +160,25 @@ class MaskingConfig:
 
 @dataclass
 class ModelConfig:
-    hidden_size: int = _f(256, "width of the encoder")
-    num_layers: int = _f(4, "transformer layers")
-    num_heads: int = _f(4, "attention heads; must divide hidden_size")
-    intermediate_size: int = _f(1024, "width of the feed-forward layer")
-    max_position_embeddings: int = _f(512, "longest sequence the model can take")
+    hidden_size: int = _trains(256, "width of the encoder")
+    num_layers: int = _trains(4, "transformer layers")
+    num_heads: int = _trains(4, "attention heads; must divide hidden_size")
+    intermediate_size: int = _trains(1024, "width of the feed-forward layer")
+    max_position_embeddings: int = _trains(512, "longest sequence the model can take")
     dropout: Union[float, None] = _f(
-        None, "hidden and attention dropout in one key (0: none, as Cramming and ModernBERT train); null: the two below"
+        None,
+        "hidden and attention dropout in one key (0: none, as Cramming and ModernBERT train); null: the two below",
+        resume="own-note",
     )
-    hidden_dropout: float = _f(0.1, "dropout on hidden states (model.dropout, when set, replaces it)")
-    attention_dropout: float = _f(0.1, "dropout on attention probabilities (model.dropout, when set, replaces it)")
-    sparse_head: bool = _f(True, "run the MLM head on the selected positions only (same loss, less work)")
-    pad_vocab_multiple: int = _f(1, "round the embedding rows up to a multiple of this (64 suits GPUs)")
-    init_from: Union[str, None] = _f(
+    hidden_dropout: float = _f(
+        0.1, "dropout on hidden states (model.dropout, when set, replaces it)", resume="own-note"
+    )
+    attention_dropout: float = _f(
+        0.1, "dropout on attention probabilities (model.dropout, when set, replaces it)", resume="own-note"
+    )
+    sparse_head: bool = _quiet(True, "run the MLM head on the selected positions only (same loss, less work)")
+    pad_vocab_multiple: int = _trains(1, "round the embedding rows up to a multiple of this (64 suits GPUs)")
+    init_from: Union[str, None] = _trains(
         None,
         "start from this BERT masked LM (a folder or hub name): its weights, shape and tokenizer; shape keys left at "
         "their defaults take the base's; optimizer and schedule start fresh",
@@ -174,15 +202,6 @@ class ModelConfig:
         for name in ("dropout", "hidden_dropout", "attention_dropout"):
             value = getattr(self, name)
             _check(value is None or 0.0 <= value < 1.0, f"model.{name}", "must be in [0, 1)")
-        if self.dropout is not None:
-            # model.dropout replaces both; a specific key changed from its default as well would be silently lost
-            for name in ("hidden_dropout", "attention_dropout"):
-                value, default = getattr(self, name), _default(ModelConfig, name)
-                _check(
-                    value in (default, self.dropout),
-                    f"model.{name}",
-                    f"({value}) contradicts model.dropout ({self.dropout}); set one of them",
-                )
 
     @property
     def hidden_dropout_prob(self) -> float:
@@ -197,14 +216,16 @@ class ModelConfig:
 
 @dataclass
 class ElectraConfig:
-    generator_size: float = _f(
+    generator_size: float = _trains(
         0.25,
         "generator width as a share of the discriminator's (hidden size, heads, feed-forward); "
         "ELECTRA found 1/4 to 1/2 best; at most 1",
     )
-    generator_layers: Union[int, None] = _f(None, "generator transformer layers; null: as many as model.num_layers")
-    discriminator_weight: float = _f(50.0, "weight of the replaced-token loss against the generator's MLM loss")
-    temperature: float = _f(1.0, "sampling temperature of the generator's replacements")
+    generator_layers: Union[int, None] = _trains(
+        None, "generator transformer layers; null: as many as model.num_layers"
+    )
+    discriminator_weight: float = _trains(50.0, "weight of the replaced-token loss against the generator's MLM loss")
+    temperature: float = _trains(1.0, "sampling temperature of the generator's replacements")
 
     def validate(self) -> None:
         _check(
@@ -233,20 +254,20 @@ class ElectraConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = _f(5e-4, "peak learning rate")
-    weight_decay: float = _f(0.01, "AdamW weight decay (never on biases or LayerNorm)")
-    beta1: float = _f(0.9, "AdamW beta1")
-    beta2: float = _f(0.98, "AdamW beta2")
-    eps: float = _f(1e-6, "AdamW epsilon")
-    warmup_steps: int = _f(100, "steps of linear warm-up from 0 to lr")
-    schedule: Literal["linear", "cosine", "constant", "one-cycle"] = _f(
+    lr: float = _trains(5e-4, "peak learning rate")
+    weight_decay: float = _f(0.01, "AdamW weight decay (never on biases or LayerNorm)", resume="own-note")
+    beta1: float = _f(0.9, "AdamW beta1", resume="own-note")
+    beta2: float = _f(0.98, "AdamW beta2", resume="own-note")
+    eps: float = _f(1e-6, "AdamW epsilon", resume="own-note")
+    warmup_steps: int = _trains(100, "steps of linear warm-up from 0 to lr")
+    schedule: Literal["linear", "cosine", "constant", "one-cycle"] = _trains(
         "linear",
         "decay after warm-up; one-cycle: a triangle over the budget (up to lr at cycle_peak, then down; "
         "warmup_steps unused), as Cramming trains",
     )
-    cycle_peak: float = _f(0.5, "one-cycle: the share of the budget at which the learning rate peaks")
-    min_lr_ratio: float = _f(0.0, "the schedule ends at lr x this")
-    grad_clip: float = _f(1.0, "clip the global gradient norm to this; 0 disables clipping")
+    cycle_peak: float = _trains(0.5, "one-cycle: the share of the budget at which the learning rate peaks")
+    min_lr_ratio: float = _trains(0.0, "the schedule ends at lr x this")
+    grad_clip: float = _trains(1.0, "clip the global gradient norm to this; 0 disables clipping")
 
     def validate(self) -> None:
         _check(self.lr > 0, "optim.lr", f"must be > 0 (got {self.lr})")
@@ -274,51 +295,53 @@ def parse_duration(value: Union[str, float, int, None], key: str = "train.max_ti
 
 @dataclass
 class TrainConfig:
-    run_dir: str = _f("runs/default", "folder for checkpoints, metrics and the resolved config")
-    batch_size: int = _f(32, "global batch: sequences per optimizer step, over all processes")
-    micro_batch_size: Union[int, None] = _f(
+    run_dir: str = _quiet("runs/default", "folder for checkpoints, metrics and the resolved config")
+    batch_size: int = _trains(32, "global batch: sequences per optimizer step, over all processes")
+    micro_batch_size: Union[int, None] = _trains(
         None, "sequences per forward pass on each process; null: batch_size / processes (no accumulation)"
     )
-    max_steps: Union[int, None] = _f(1000, "stop after this many optimizer steps")
-    max_tokens: Union[int, None] = _f(None, "stop after this many training tokens")
-    max_time: Union[str, float, None] = _f(
+    max_steps: Union[int, None] = _trains(1000, "stop after this many optimizer steps")
+    max_tokens: Union[int, None] = _trains(None, "stop after this many training tokens")
+    max_time: Union[str, float, None] = _trains(
         None, "stop after this wall time (seconds or '30m', '2h'); the schedule stretches to fit"
     )
-    pause_after: Union[int, None] = _f(
+    pause_after: Union[int, None] = _quiet(
         None, "save and stop once this many steps are done, as if interrupted (continue later with --resume)"
     )
-    precision: Literal["auto", "bf16", "bf16-head", "fp16", "fp32"] = _f(
+    precision: Literal["auto", "bf16", "bf16-head", "fp16", "fp32"] = _trains(
         "auto",
         "autocast precision; bf16-head: bf16 for the MLM head only; auto: bf16 on CUDA where supported and on CPUs "
         "with AMX, bf16-head on AMD CPUs with AVX512-BF16, else fp32",
     )
-    device: str = _f("auto", "auto, cpu, cuda or cuda:N")
-    compile: bool = _f(
+    device: str = _quiet("auto", "auto, cpu, cuda or cuda:N")
+    compile: bool = _quiet(
         False,
         "torch.compile the model: faster steps after compiling first; needs a C++ compiler (CPU) or Triton (CUDA)",
     )
-    seed: int = _f(0, "seed of weights, data order and masks")
-    objective: Literal["mlm", "electra", "mlm+nsp", "mlm+sop"] = _f(
+    seed: int = _trains(0, "seed of weights, data order and masks")
+    objective: Literal["mlm", "electra", "mlm+nsp", "mlm+sop"] = _trains(
         "mlm",
         "mlm: masked language modeling; electra: replaced-token detection (settings in the electra section); "
         "mlm+nsp / mlm+sop: MLM on sentence pairs plus BERT's next-sentence or ALBERT's sentence-order prediction",
     )
-    log_every: int = _f(10, "steps between metric lines in metrics.jsonl")
-    eval_every: int = _f(500, "steps between validation evaluations; 0 disables")
-    eval_max_blocks: int = _f(64, "validation blocks per evaluation during training")
-    max_nonfinite: int = _f(
+    log_every: int = _quiet(10, "steps between metric lines in metrics.jsonl")
+    eval_every: int = _quiet(500, "steps between validation evaluations; 0 disables")
+    eval_max_blocks: int = _quiet(64, "validation blocks per evaluation during training")
+    max_nonfinite: int = _quiet(
         5,
         "stop after this many steps in a row skipped for a non-finite loss or gradient (checked at the next log, "
         "evaluation or checkpoint step: up to log_every - 1 steps later)",
     )
-    tensorboard: bool = _f(False, "also log to TensorBoard (needs the tensorboard package); as trackers: [tensorboard]")
-    progress: bool = _f(True, "show a progress bar")
-    max_flops: Union[float, None] = _f(
+    tensorboard: bool = _quiet(
+        False, "also log to TensorBoard (needs the tensorboard package); as trackers: [tensorboard]"
+    )
+    progress: bool = _quiet(True, "show a progress bar")
+    max_flops: Union[float, None] = _trains(
         None,
         "stop after this many training FLOPs (the objective's FLOPs per token x tokens, e.g. 1e15); the schedule "
         "stretches to fit; replaces the default max_steps, and contradicts max_tokens and a max_steps you set",
     )
-    trackers: list[Literal["tensorboard", "mlflow", "wandb"]] = _f(
+    trackers: list[Literal["tensorboard", "mlflow", "wandb"]] = _quiet(
         [], "experiment trackers that get the resolved config and every metrics line (each an optional package)"
     )
 
@@ -391,11 +414,13 @@ class TrainConfig:
 
 @dataclass
 class CheckpointConfig:
-    save_every: int = _f(500, "steps between checkpoints (one is always written at the end); 0: only at the end")
-    keep_last: int = _f(3, "keep this many newest checkpoints; 0 keeps all")
-    keep_best: bool = _f(False, "also keep the checkpoint with the lowest validation loss")
-    license: str = _f("other", "license in the model card's Hub metadata (e.g. apache-2.0, mit); other: none stated")
-    language: Union[str, list[str], None] = _f(
+    save_every: int = _quiet(500, "steps between checkpoints (one is always written at the end); 0: only at the end")
+    keep_last: int = _quiet(3, "keep this many newest checkpoints; 0 keeps all")
+    keep_best: bool = _quiet(False, "also keep the checkpoint with the lowest validation loss")
+    license: str = _quiet(
+        "other", "license in the model card's Hub metadata (e.g. apache-2.0, mit); other: none stated"
+    )
+    language: Union[str, list[str], None] = _quiet(
         None, "language code(s) of the model card's Hub metadata (e.g. en); null: en for builtin corpora, else none"
     )
 
@@ -418,22 +443,28 @@ class CheckpointConfig:
 
 @dataclass
 class ReportConfig:
-    html: bool = _f(True, "write RUN_DIR/report.html (plots and health checks) at each checkpoint; needs matplotlib")
-    data_wait_share: float = _f(0.10, "health: the loop may wait for the next batch at most this share of the time")
-    spike_factor: float = _f(
+    html: bool = _quiet(
+        True, "write RUN_DIR/report.html (plots and health checks) at each checkpoint; needs matplotlib"
+    )
+    data_wait_share: float = _quiet(0.10, "health: the loop may wait for the next batch at most this share of the time")
+    spike_factor: float = _quiet(
         1.5, "health: a logged loss above this multiple of the median of the lines before it is a spike"
     )
-    nonfinite_steps: int = _f(0, "health: most steps the run may skip for a non-finite loss or gradient")
-    divergence_factor: float = _f(1.3, "health: a final smoothed loss above this multiple of its minimum is divergence")
-    plateau_evals: int = _f(3, "health: evaluations without a new best validation loss that make a plateau")
-    plateau_lr_share: float = _f(0.5, "health: a plateau counts while lr is above this share of its peak")
-    overfit_epochs: float = _f(3.0, "health: passes over the training tokens before overfitting is looked for")
-    overfit_gap: float = _f(0.1, "health: growth of (validation - training loss) in nats that counts as overfitting")
-    unk_rate: float = _f(0.005, "health: largest acceptable share of [UNK] tokens in the validation split")
-    tokens_per_word: float = _f(2.0, "health: largest acceptable WordPiece tokens per whitespace word")
-    duplicate_share: float = _f(0.05, "health: largest acceptable share of exact duplicate training documents")
-    tokens_per_param: float = _f(20.0, "health: fewest training tokens per model parameter the run should plan for")
-    warmup_share: float = _f(
+    nonfinite_steps: int = _quiet(0, "health: most steps the run may skip for a non-finite loss or gradient")
+    divergence_factor: float = _quiet(
+        1.3, "health: a final smoothed loss above this multiple of its minimum is divergence"
+    )
+    plateau_evals: int = _quiet(3, "health: evaluations without a new best validation loss that make a plateau")
+    plateau_lr_share: float = _quiet(0.5, "health: a plateau counts while lr is above this share of its peak")
+    overfit_epochs: float = _quiet(3.0, "health: passes over the training tokens before overfitting is looked for")
+    overfit_gap: float = _quiet(
+        0.1, "health: growth of (validation - training loss) in nats that counts as overfitting"
+    )
+    unk_rate: float = _quiet(0.005, "health: largest acceptable share of [UNK] tokens in the validation split")
+    tokens_per_word: float = _quiet(2.0, "health: largest acceptable WordPiece tokens per whitespace word")
+    duplicate_share: float = _quiet(0.05, "health: largest acceptable share of exact duplicate training documents")
+    tokens_per_param: float = _quiet(20.0, "health: fewest training tokens per model parameter the run should plan for")
+    warmup_share: float = _quiet(
         0.5, "health: largest share of the run that optim.warmup_steps (one-cycle: optim.cycle_peak) may take"
     )
 
@@ -455,25 +486,27 @@ class ProbeConfig:
     """The live probe: its settings are these keys (`ProbeSettings.from_section`), whose defaults (linear, one epoch,
     capped examples) keep probing cheap during pretraining; the `mlmtrain probe` command's are ProbeSettings'."""
 
-    task: Union[str, None] = _f(
+    task: Union[str, None] = _quiet(
         None,
         "labeled task probed during pretraining (rank 0): a folder of train/valid/test .jsonl/.csv/.parquet files "
         "or hf:NAME[/CONFIG]; null: no live probe",
     )
-    mode: Literal["linear", "finetune"] = _f(
+    mode: Literal["linear", "finetune"] = _quiet(
         "linear", "linear: logistic regression on frozen pooled features (seconds); finetune: a copy is fine-tuned"
     )
-    every: int = _f(0, "steps between probes; 0: at each evaluation (train.eval_every) and at the end")
-    max_train_examples: Union[int, None] = _f(2000, "train examples the probe uses (a fixed sample); null: all")
-    max_eval_examples: Union[int, None] = _f(1000, "valid and test examples the probe uses (a fixed sample); null: all")
-    text_field: str = _f("text", "field holding the text (text_a/text_b are found on their own for pairs)")
-    pair_field: Union[str, None] = _f(None, "field holding the second text of a sentence-pair task")
-    label_field: str = _f("label", "field holding the label: int or string (classes) or float (regression)")
-    pooling: Literal["mean", "cls"] = _f("mean", "linear mode: mean of the last layer over real tokens, or [CLS]")
-    max_length: int = _f(128, "tokens per example, longer ones are cut")
-    epochs: int = _f(1, "finetune mode: epochs over the train examples")
-    lr: float = _f(1e-4, "finetune mode: peak learning rate")
-    batch_size: int = _f(32, "examples per batch")
+    every: int = _quiet(0, "steps between probes; 0: at each evaluation (train.eval_every) and at the end")
+    max_train_examples: Union[int, None] = _quiet(2000, "train examples the probe uses (a fixed sample); null: all")
+    max_eval_examples: Union[int, None] = _quiet(
+        1000, "valid and test examples the probe uses (a fixed sample); null: all"
+    )
+    text_field: str = _quiet("text", "field holding the text (text_a/text_b are found on their own for pairs)")
+    pair_field: Union[str, None] = _quiet(None, "field holding the second text of a sentence-pair task")
+    label_field: str = _quiet("label", "field holding the label: int or string (classes) or float (regression)")
+    pooling: Literal["mean", "cls"] = _quiet("mean", "linear mode: mean of the last layer over real tokens, or [CLS]")
+    max_length: int = _quiet(128, "tokens per example, longer ones are cut")
+    epochs: int = _quiet(1, "finetune mode: epochs over the train examples")
+    lr: float = _quiet(1e-4, "finetune mode: peak learning rate")
+    batch_size: int = _quiet(32, "examples per batch")
 
     def validate(self) -> None:
         _check(self.every >= 0, "probe.every", f"must be >= 0 (got {self.every})")
@@ -502,10 +535,26 @@ class Config:
     electra: ElectraConfig = field(default_factory=ElectraConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    # the `section.key`s the YAML file and the overrides state (`config_from_dict`); not a section
+    stated: ClassVar[frozenset[str]] = frozenset()
+
+    def set_by_user(self, dotted: str) -> bool:
+        """Whether the user chose `section.key`: stated in the file or an override, even at its default value, or
+        (a Config built in Python) set to a value other than its default."""
+        section, key = dotted.split(".")
+        return dotted in self.stated or getattr(getattr(self, section), key) != field_default(section, key)
 
     def validate(self) -> None:
         for section in SECTIONS:
             getattr(self, section).validate()
+        if self.model.dropout is not None:  # model.dropout replaces both: a key the user set as well would be lost
+            for name in ("hidden_dropout", "attention_dropout"):
+                value = getattr(self.model, name)
+                _check(
+                    value == self.model.dropout or not self.set_by_user(f"model.{name}"),
+                    f"model.{name}",
+                    f"({value}) contradicts model.dropout ({self.model.dropout}); set one of them",
+                )
         if self.train.objective in PAIR_OBJECTIVES:
             self.validate_pairs()
         if self.train.objective == "electra":
@@ -566,6 +615,10 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         tree = dataclasses.asdict(self)
+        # the dropouts the model gets: model.dropout, when set, is what both keys mean
+        tree["model"].update(
+            hidden_dropout=self.model.hidden_dropout_prob, attention_dropout=self.model.attention_dropout_prob
+        )
         if self.train.objective != "electra":
             del tree["electra"]  # an MLM run's saved config stays loadable: the section is ELECTRA-only
         return tree
@@ -575,6 +628,23 @@ class Config:
 
 
 SECTIONS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config))
+
+
+def section_fields(section: str) -> tuple[dataclasses.Field, ...]:
+    """The fields (keys) of one config section."""
+    return dataclasses.fields(typing.get_type_hints(Config)[section])
+
+
+def field_default(section: str, key: str) -> Any:
+    """The declared default of `section.key`."""
+    found = next(f for f in section_fields(section) if f.name == key)
+    return found.default if found.default is not dataclasses.MISSING else found.default_factory()  # type: ignore[misc]
+
+
+# The keys whose change on --resume the note of training settings names: derived from each field's `resume`.
+TRAINING_KEYS: tuple[str, ...] = tuple(
+    f"{section}.{f.name}" for section in SECTIONS for f in section_fields(section) if f.metadata["resume"] == "note"
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -792,7 +862,8 @@ def config_from_dict(tree: dict[str, Any]) -> Config:
             raise UserError("config", f"unknown section '{name}'{_suggest(str(name), list(SECTIONS))}")
     hints = typing.get_type_hints(Config)
     config = Config(**{name: _build_section(name, hints[name], tree.get(name)) for name in SECTIONS})
-    if config.train.max_flops is not None and "max_steps" not in (tree.get("train") or {}):
+    config.stated = frozenset(f"{name}.{key}" for name in SECTIONS for key in tree.get(name) or {})
+    if config.train.max_flops is not None and "train.max_steps" not in config.stated:
         config.train.max_steps = None  # a FLOP budget replaces the default step budget, not one the user set
     electra_keys = sorted(tree.get("electra") or {})
     if electra_keys and config.train.objective != "electra":
@@ -852,13 +923,11 @@ def replaceable_config(path: Path, config: Config) -> bool:
 
 def describe_fields() -> list[tuple[str, Any, str]]:
     """(section.key, default, help) for every field, for docs and `config fields`."""
-    rows = []
-    for name in SECTIONS:
-        section = typing.get_type_hints(Config)[name]
-        for f in dataclasses.fields(section):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-            rows.append((f"{name}.{f.name}", default, f.metadata["help"]))
-    return rows
+    return [
+        (f"{name}.{f.name}", field_default(name, f.name), f.metadata["help"])
+        for name in SECTIONS
+        for f in section_fields(name)
+    ]
 
 
 def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:

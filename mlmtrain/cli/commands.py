@@ -67,14 +67,6 @@ def _checkpoint_seq_len(saved: Optional[Path]) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _states_seq_len(config: Optional[Path], overrides: Union[Sequence[str], dict[str, Any]]) -> bool:
-    """True when --config or --set states data.seq_len (an unstated one is the default, no choice of the user's)."""
-    from mlmtrain.config import stated_settings
-
-    data = stated_settings(config, overrides if isinstance(overrides, dict) else list(overrides)).get("data")
-    return isinstance(data, dict) and "seq_len" in data
-
-
 def _masked_lm_folder(folder: Path) -> Path:
     """`folder`, or the generator of an ELECTRA checkpoint folder (said in one line on stderr)."""
     from mlmtrain.model.electra import generator_folder
@@ -131,7 +123,7 @@ def run_eval_command(
     else:
         corpus, source = corpus_splits(cfg.data)[1], f"the validation split of {config}"
     seq_len_from = "--seq-len"
-    if seq_len is None and _states_seq_len(config, overrides):  # the config's blocks: models compared on the same
+    if seq_len is None and "data.seq_len" in cfg.stated:  # the config's blocks: models compared on the same
         seq_len, seq_len_from = cfg.data.seq_len, f"data.seq_len of {config}" if config else "data.seq_len"
     if seq_len is None:
         saved = _saved_config(checkpoint)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 
-from mlmtrain.config import PAIR_OBJECTIVES, Config, read_yaml, save_config
+from mlmtrain.config import PAIR_OBJECTIVES, TRAINING_KEYS, Config, read_yaml, save_config
 from mlmtrain.data.tokenizer import TOKENIZER_FILES, load_tokenizer, save_tokenizer_files, tokenizer_fingerprint
 from mlmtrain.errors import UserError, first_line, loader_worker_died
 from mlmtrain.model.pooler import add_pooler
@@ -592,40 +592,6 @@ def dropout_changes(folder: Path, cfg: Config) -> list[str]:
     return [f"{key}: {saved.get(key)} -> {value}" for key, value in wanted.items() if saved.get(key) != value]
 
 
-# The config keys that change what a resumed run trains on or how (the data, its order and masks, the budget and
-# schedule, the precision); dropout and the optimizer's betas, eps and weight decay have notes of their own, and the
-# rest (cadences, folders, evaluation, reports) changes no weight.
-_TRAINING_KEYS = (
-    "data.train",
-    "data.validation",
-    "data.validation_fraction",
-    "data.text_field",
-    "data.txt_documents",
-    "data.seq_len",
-    "data.packing",
-    "data.shuffle_buffer",
-    "masking.mlm_probability",
-    "masking.mask_replace",
-    "masking.random_replace",
-    "masking.whole_word",
-    "masking.fixed_count",
-    "optim.lr",
-    "optim.warmup_steps",
-    "optim.schedule",
-    "optim.cycle_peak",
-    "optim.min_lr_ratio",
-    "optim.grad_clip",
-    "train.batch_size",
-    "train.micro_batch_size",
-    "train.max_steps",
-    "train.max_tokens",
-    "train.max_time",
-    "train.max_flops",
-    "train.precision",
-    "train.seed",
-)
-
-
 def setting_changes(folder: Path, cfg: Config) -> list[str]:
     """The training settings of the config that differ from the ones the checkpoint's run used (its mlmtrain.yaml),
     as 'key: saved -> config': a resume applies the config's, so the run no longer reproduces an uninterrupted one.
@@ -636,11 +602,11 @@ def setting_changes(folder: Path, cfg: Config) -> list[str]:
         return []
     wanted = cfg.to_dict()
     changes = []
-    for dotted in _TRAINING_KEYS:
+    for dotted in TRAINING_KEYS:  # each field of the config says whether it is one (its `resume`)
         section, key = dotted.split(".")
         saved_section = saved.get(section)
-        if not isinstance(saved_section, dict) or key not in saved_section:
-            continue  # an older mlmtrain's file without the key: nothing to compare
+        if not isinstance(saved_section, dict) or key not in saved_section or section not in wanted:
+            continue  # an older mlmtrain's file without the key, or a section this objective lacks: nothing to compare
         if saved_section[key] != wanted[section][key]:
             changes.append(f"{dotted}: {saved_section[key]} -> {wanted[section][key]}")
     return changes

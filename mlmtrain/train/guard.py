@@ -177,6 +177,9 @@ def _plain_file(path: Path) -> bool:
     return path.is_file() and not path.is_symlink()
 
 
+_TOKENIZER_MAKERS = ("tokenizer.", "model.init_from", "data.")  # settings that decide an extended tokenizer
+
+
 def check_before_start(cfg: Config, device: torch.device, resume_from: Optional[Path]) -> None:
     """Everything that would make the run fail later, checked before a tokenizer or store is (re)built:
     a model too big for the device, train.compile without the compiler it needs, and a checkpoint that belongs to
@@ -201,6 +204,14 @@ def check_before_start(cfg: Config, device: torch.device, resume_from: Optional[
     # WordPiece training is not bit-reproducible: a tokenizer trained again would not be the checkpoint's, so a
     # resume that needs one is refused now, while the run's tokenizer and store are still intact.
     planned = planned_tokenizer_fingerprint(cfg, corpus_splits(cfg.data)[0], resumed_base(cfg, resume_from))
+    if planned is None and cfg.model.init_from:  # the base's tokenizer would be extended anew: the run's own settings
+        changed = [c for c in ckpt.setting_changes(resume_from, cfg) if c.startswith(_TOKENIZER_MAKERS)]
+        raise UserError(
+            "checkpoint",
+            f"resuming {resume_from} needs the tokenizer it was trained with, and these settings would extend the "
+            f"base's tokenizer anew ({'; '.join(changed) or 'the tokenizer folder is missing'}); resume with that "
+            f"run's settings: --config {Path(resume_from) / 'mlmtrain.yaml'}",
+        )
     if planned is None:
         raise UserError(
             "checkpoint",

@@ -3,8 +3,8 @@ masked LM with a usable tokenizer, fill the config's model shape and tokenizer f
 load its weights for a fresh run (`load_base_model`). A resumed run of a base (`resumed_base`) takes all of that from
 the checkpoint it resumes, so the base may have moved or the Hub be out of reach.
 
-The base's shape, weights and tokenizer win: shape keys left at their defaults take the base's values, a shape key
-set to another value is refused, dropout keys may be set. Optimizer and schedule start fresh.
+The base's shape, weights and tokenizer win: shape keys the user did not set take the base's values, a shape key
+set to another value (even its default) is refused, dropout keys may be set. Optimizer and schedule start fresh.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import torch
 
-from mlmtrain.config import Config, ModelConfig, TokenizerConfig, read_yaml
+from mlmtrain.config import Config, TokenizerConfig, read_yaml
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.runtime.hub import hub_unreachable
 
@@ -154,7 +154,7 @@ def resolve_init_from(cfg: Config, check_weights: bool = True, resumed: Optional
         config = _resumed_config(resumed, name)
     else:
         config = check_base(name) if check_weights else _base_config(base_folder(name), name)
-    _take_shape(cfg.model, config, name)
+    _take_shape(cfg, config, name)
     _take_tokenizer(cfg.tokenizer, config, name)
     if cfg.tokenizer.extend_vocab and resumed is None:  # a resume's tokenizer is the checkpoint's, extended already
         from mlmtrain.data.tokenizer import extendable_vocab, load_tokenizer
@@ -174,14 +174,15 @@ def resolve_init_from(cfg: Config, check_weights: bool = True, resumed: Optional
     cfg.validate()
 
 
-def _take_shape(model: ModelConfig, config: dict[str, Any], name: str) -> None:
-    """The base's shape into `model`: keys at their defaults take it, a key set to another value is refused."""
-    defaults = ModelConfig()
+def _take_shape(cfg: Config, config: dict[str, Any], name: str) -> None:
+    """The base's shape into `cfg.model`: keys the user did not set take it, a key set to another value (its default
+    included) is refused."""
+    model = cfg.model
     for key, base_key in SHAPE_KEYS.items():
         value, base_value = getattr(model, key), config.get(base_key)
         if not isinstance(base_value, int):
             raise _refuse(f"{name}: its config.json has no {base_key}; pass a folder written by save_pretrained")
-        if value not in (getattr(defaults, key), base_value):
+        if value != base_value and cfg.set_by_user(f"model.{key}"):
             raise _refuse(f"{name} has {base_key}={base_value}, but model.{key} is {value}; drop model.{key}")
         setattr(model, key, base_value)
     rows = config["vocab_size"]
@@ -190,12 +191,12 @@ def _take_shape(model: ModelConfig, config: dict[str, Any], name: str) -> None:
             f"{name} has {rows} embedding rows, not a multiple of model.pad_vocab_multiple "
             f"({model.pad_vocab_multiple}); drop model.pad_vocab_multiple"
         )
-    if model.dropout is None:  # dropout keys left at their defaults take the base's (they may be set)
+    if model.dropout is None:  # dropout keys the user did not set take the base's (they may be set)
         for key, base_key in (
             ("hidden_dropout", "hidden_dropout_prob"),
             ("attention_dropout", "attention_probs_dropout_prob"),
         ):
-            if getattr(model, key) == getattr(defaults, key) and isinstance(config.get(base_key), (int, float)):
+            if not cfg.set_by_user(f"model.{key}") and isinstance(config.get(base_key), (int, float)):
                 setattr(model, key, float(config[base_key]))
 
 

@@ -137,3 +137,45 @@ def test_a_recursive_alias_is_refused(tmp_path: Path, text: str) -> None:
     assert str(path) in str(info.value) and "data" in str(info.value)
     with pytest.raises(UserError, match="--set data.train: .*contains itself"):
         load_config(None, ["data.train=&a [*a]"])
+
+
+def test_every_key_says_what_a_resume_under_another_value_does() -> None:
+    """The resume note's list of training keys is derived from the fields: a key cannot be added without saying."""
+    import dataclasses
+
+    from mlmtrain.config import RESUME_KINDS, SECTIONS, TRAINING_KEYS, _f, section_fields
+
+    with pytest.raises(TypeError):
+        _f(1, "a key that does not say")  # type: ignore[call-arg]
+    kinds = {f"{s}.{f.name}": f.metadata["resume"] for s in SECTIONS for f in section_fields(s)}
+    assert set(kinds.values()) <= set(RESUME_KINDS)
+    assert set(TRAINING_KEYS) == {key for key, kind in kinds.items() if kind == "note"}
+    for key in ("electra.discriminator_weight", "electra.temperature", "model.init_from", "tokenizer.extend_vocab"):
+        assert key in TRAINING_KEYS, key
+    for key in ("model.dropout", "optim.beta2"):  # each has a resume note of its own
+        assert kinds[key] == "own-note"
+    assert kinds["train.log_every"] == kinds["train.run_dir"] == "silent"
+    assert all(isinstance(f, dataclasses.Field) for s in SECTIONS for f in section_fields(s))
+
+
+@pytest.mark.parametrize(
+    "overrides, stated",
+    [
+        ([], set()),
+        (["optim.lr=5e-4", "model.dropout=0"], {"optim.lr", "model.dropout"}),  # at its default, still stated
+    ],
+)
+def test_the_config_records_the_keys_the_user_stated(overrides: list[str], stated: set[str]) -> None:
+    cfg = load_config(None, overrides)
+    assert cfg.stated == stated
+    assert cfg.set_by_user("optim.lr") == ("optim.lr" in stated)
+
+
+def test_a_dropout_key_stated_at_its_default_contradicts_model_dropout(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"model.hidden_dropout \(0.1\) contradicts model.dropout \(0.0\)"):
+        load_config(None, ["model.dropout=0", "model.hidden_dropout=0.1"])
+    cfg = load_config(None, ["model.dropout=0"])  # the saved config says what the model gets, and loads again
+    assert cfg.to_dict()["model"]["hidden_dropout"] == cfg.to_dict()["model"]["attention_dropout"] == 0.0
+    saved = tmp_path / "mlmtrain.yaml"
+    saved.write_text(cfg.to_yaml())
+    assert load_config(saved).model.hidden_dropout_prob == 0.0

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM, BertForMaskedLM
 
-from mlmtrain.config import ModelConfig
+from mlmtrain.config import Config, ModelConfig
 from mlmtrain.errors import UserError
 from mlmtrain.model.bert import (
     TRAINING_ATTENTION,
@@ -147,7 +147,7 @@ def test_model_dropout_sets_both_rates(keys, hidden, attention):
 
 def test_model_dropout_and_a_contradicting_specific_key_are_refused():
     with pytest.raises(UserError, match=r"model.attention_dropout \(0.3\) contradicts model.dropout"):
-        ModelConfig(dropout=0.0, attention_dropout=0.3).validate()
+        Config(model=ModelConfig(dropout=0.0, attention_dropout=0.3)).validate()
 
 
 @pytest.mark.parametrize(("dropout", "agree"), [(0.0, True), (0.1, False)])

@@ -91,6 +91,19 @@ def test_shape_and_tokenizer_come_from_the_base_and_defaults_are_ignored(base: P
     assert cfg.model.hidden_size == 32
 
 
+def test_a_dropout_stated_at_its_default_is_kept_not_replaced_by_the_bases(tmp_path: Path) -> None:
+    """A key the user wrote is theirs even when it equals the default: the base's dropout fills only unstated ones."""
+    import transformers
+
+    folder = write_base(tmp_path / "no-dropout")
+    config = transformers.BertConfig.from_pretrained(str(folder))
+    config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
+    config.save_pretrained(str(folder))
+    cfg = load_config(None, [f"model.init_from={folder}", "data.seq_len=32", "model.hidden_dropout=0.1"])
+    resolve_init_from(cfg)
+    assert (cfg.model.hidden_dropout, cfg.model.attention_dropout) == (0.1, 0.0)
+
+
 def test_after_zero_updates_the_weights_are_the_base_and_the_fast_step_applies(
     base: Path, tiny_data: Path, tmp_path: Path
 ) -> None:
@@ -323,6 +336,7 @@ def test_a_base_that_cannot_be_continued_is_refused(
 
 BAD_KEYS = {
     "shape": ({"model.hidden_size": 64}, "hidden_size=32, but model.hidden_size is 64"),
+    "shape-at-its-default": ({"model.hidden_size": 256}, "hidden_size=32, but model.hidden_size is 256"),
     "positions": ({"data.seq_len": 128}, "beyond the 64 positions"),
     "new-vocabulary": ({"tokenizer.vocab_size": 500}, "would train a new WordPiece vocabulary"),
     "other-tokenizer": ({"tokenizer.pretrained": "bert-base-uncased"}, "drop tokenizer.pretrained"),
@@ -467,3 +481,35 @@ def test_an_objective_other_than_mlm_is_refused_by_its_name(base: Path, objectiv
     cfg = load_config(None, [f"model.init_from={base}", f"train.objective={objective}"])
     with pytest.raises(UserError, match=f"starting {objective.replace('+', '[+]')} from an existing model"):
         resolve_init_from(cfg)
+
+
+def test_a_resume_names_the_base_and_extension_it_changes_and_the_way_back_works(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Another tokenizer.extend_vocab on --resume would extend the base's tokenizer anew: refused, naming the change
+    and a way that works (the run's own settings); a base copied elsewhere resumes, and the note names the move."""
+    import shutil
+
+    base = write_base(tmp_path / "models" / "tiny-bert")
+    common = {"data.train": str(_domain_corpus(tmp_path)), "train.max_steps": 4, "checkpoint.save_every": 2}
+
+    def resume(root: Path, base: Path, **extra: object) -> tuple[int, list[str]]:
+        options = continue_options(tiny_data, base, root, **{**common, **extra})
+        return run_cli(capsys, "pretrain", *[arg for pair in options for arg in ("--set", pair)], "--resume", "auto")
+
+    for root, extend in ((tmp_path / "extended", 3), (tmp_path / "plain", 0)):
+        paused = continue_options(tiny_data, base, root, **common, **{"tokenizer.extend_vocab": extend})
+        pretrain(load_config(None, [*paused, "train.pause_after=2"]))
+    code, lines = resume(tmp_path / "extended", base, **{"tokenizer.extend_vocab": 1})
+    assert code == 2
+    saved = tmp_path / "extended" / "run" / "checkpoints" / "step-2" / "mlmtrain.yaml"
+    assert_one_error_line(lines, "checkpoint", "(tokenizer.extend_vocab: 3 -> 1)")
+    assert lines[-1].endswith(f"resume with that run's settings: --config {saved}")
+    code, lines = run_cli(capsys, "pretrain", "--config", str(saved), "--resume", "auto")
+    assert code == 0, lines
+
+    moved = shutil.copytree(base, tmp_path / "elsewhere")
+    code, lines = resume(tmp_path / "plain", moved)
+    assert code == 0, lines
+    (note,) = [line for line in lines if line.startswith("note: resuming with training settings")]
+    assert f"model.init_from: {base} -> {moved}" in note

@@ -76,3 +76,16 @@ def test_a_resume_with_the_same_settings_adds_no_note(finished_run: Path, tiny_d
     (finished_run / "checkpoints" / "step-4" / "mlmtrain.yaml").unlink()
     changed = load_config(None, tiny_overrides(tiny_data, **{**QUICK, "train.seed": 3}))
     assert ckpt.setting_changes(finished_run / "checkpoints" / "step-4", changed) == []  # nothing to compare with
+
+
+def test_every_setting_that_changes_training_is_named_electras_too(tmp_path: Path) -> None:
+    """The note's keys come from the config's fields: the ELECTRA loss weight and temperature change training."""
+    from mlmtrain.config import save_config
+
+    saved = load_config(None, ["train.objective=electra"])
+    save_config(saved, tmp_path)
+    changed = load_config(None, ["train.objective=electra", "electra.discriminator_weight=20", "electra.temperature=2"])
+    assert ckpt.setting_changes(tmp_path, changed) == [
+        "electra.discriminator_weight: 50.0 -> 20.0",
+        "electra.temperature: 1.0 -> 2.0",
+    ]
