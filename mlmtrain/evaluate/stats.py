@@ -12,8 +12,6 @@ if TYPE_CHECKING:
     import numpy as np
 
 Z_95 = 1.96  # two-sided 95 % quantile of the normal distribution
-# Student's t, two-sided 95 %, by degrees of freedom: a handful of seeds is too few for the normal 1.96
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 NO_INTERVAL = (float("nan"), float("nan"))
 
 
@@ -47,9 +45,49 @@ def ratio_interval(numerators: np.ndarray, denominators: np.ndarray) -> tuple[fl
     return (ratio - Z_95 * stderr, ratio + Z_95 * stderr)
 
 
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction (Lentz's method)."""
+    if x <= 0.0 or x >= 1.0:
+        return 0.0 if x <= 0.0 else 1.0
+    if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast below this point: use the symmetry there
+        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    result = d
+    for m in range(1, 500):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            result *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return front * result
+
+
+def t_quantile(probability: float, df: float) -> float:
+    """The `probability` quantile (above 0.5) of Student's t with `df` degrees of freedom, by bisection on its
+    distribution function: P(T <= t) = 1 - I_{df / (df + t^2)}(df / 2, 1 / 2) / 2."""
+    low, high = 0.0, 1.0
+    while 1.0 - 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + high * high)) < probability:
+        low, high = high, high * 2
+    for _ in range(200):
+        middle = (low + high) / 2
+        if 1.0 - 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + middle * middle)) < probability:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
 def t_half_width(values: Sequence[float]) -> float:
-    """Half width of the 95 % interval of the mean of a few values (t with n - 1 degrees of freedom, 1.96 beyond
-    10); NaN for fewer than two."""
+    """Half width of the 95 % interval of the mean of a few values (Student's t with n - 1 degrees of freedom);
+    NaN for fewer than two."""
     if len(values) < 2:
         return float("nan")
-    return T_975.get(len(values) - 1, Z_95) * statistics.stdev(values) / math.sqrt(len(values))
+    return t_quantile(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))

@@ -8,7 +8,7 @@ import statistics
 import numpy as np
 import pytest
 
-from mlmtrain.evaluate.stats import pearson_interval, ratio_interval, t_half_width, wilson_interval
+from mlmtrain.evaluate.stats import pearson_interval, ratio_interval, t_half_width, t_quantile, wilson_interval
 
 
 def test_wilson_interval_matches_published_values() -> None:
@@ -34,8 +34,15 @@ def test_ratio_interval_of_equal_blocks_is_the_interval_of_their_mean() -> None:
     assert all(math.isnan(end) for end in ratio_interval(numerators[:1], denominators[:1]))
 
 
-def test_t_half_width_uses_students_t_for_few_values() -> None:
-    assert t_half_width([0.5, 0.6, 0.7]) == pytest.approx(4.303 * 0.1 / math.sqrt(3))
-    many = [float(i) for i in range(12)]
-    assert t_half_width(many) == pytest.approx(1.96 * statistics.stdev(many) / math.sqrt(12))
+@pytest.mark.parametrize(
+    ("df", "published"), [(1, 12.7062), (2, 4.3027), (5, 2.5706), (11, 2.2010), (30, 2.0423), (100, 1.9840)]
+)
+def test_t_quantile_matches_published_tables(df: int, published: float) -> None:
+    assert t_quantile(0.975, df) == pytest.approx(published, abs=5e-5)
+
+
+def test_t_half_width_uses_students_t_for_every_count() -> None:
+    assert t_half_width([0.5, 0.6, 0.7]) == pytest.approx(4.3027 * 0.1 / math.sqrt(3), rel=1e-4)
+    many = [float(i) for i in range(12)]  # 11 degrees of freedom: 2.201, not the normal 1.96
+    assert t_half_width(many) == pytest.approx(2.2010 * statistics.stdev(many) / math.sqrt(12), rel=1e-4)
     assert math.isnan(t_half_width([0.5]))
