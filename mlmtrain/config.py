@@ -259,7 +259,11 @@ class OptimConfig:
     beta1: float = _f(0.9, "AdamW beta1", resume="own-note")
     beta2: float = _f(0.98, "AdamW beta2", resume="own-note")
     eps: float = _f(1e-6, "AdamW epsilon", resume="own-note")
-    warmup_steps: int = _trains(100, "steps of linear warm-up from 0 to lr")
+    warmup_steps: int = _trains(
+        100,
+        "steps of linear warm-up from 0 to lr; beside max_time, max_tokens or max_flops: the share "
+        "warmup_steps / max_steps of whichever budget ends the run",
+    )
     schedule: Literal["linear", "cosine", "constant", "one-cycle"] = _trains(
         "linear",
         "decay after warm-up; one-cycle: a triangle over the budget (up to lr at cycle_peak, then down; "

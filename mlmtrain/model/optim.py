@@ -5,11 +5,11 @@ and the learning-rate schedule as a pure function of the step and the share of t
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
-from mlmtrain.config import OptimConfig
+from mlmtrain.config import OptimConfig, TrainConfig
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -65,7 +65,24 @@ def apply_optim_config(optimizer: torch.optim.Optimizer, cfg: OptimConfig) -> li
     return changed
 
 
-def learning_rate(step: int, progress: float, cfg: OptimConfig, warmup_end_progress: float = 0.0) -> float:
+def warmup_share(cfg: OptimConfig, train: TrainConfig) -> Optional[float]:
+    """The share of the budget warm-up takes when a budget other than steps may end the run first (max_time,
+    max_tokens or max_flops beside max_steps): optim.warmup_steps / train.max_steps, so warm-up stretches or shrinks
+    with the budget as the decay does. None where warm-up counts steps: steps alone set the length, or max_steps is
+    null (a time budget alone has no step count to scale from)."""
+    other_budget = train.max_tokens or train.max_time_seconds or train.max_flops
+    if cfg.schedule == "one-cycle" or not (cfg.warmup_steps and train.max_steps and other_budget):
+        return None
+    return min(cfg.warmup_steps / train.max_steps, 1.0)
+
+
+def learning_rate(
+    step: int,
+    progress: float,
+    cfg: OptimConfig,
+    warmup_end_progress: float = 0.0,
+    share: Optional[float] = None,
+) -> float:
     """The learning rate for optimizer step `step` (0-based: the number of steps already taken).
 
     Warm-up, counted in steps: lr * (step + 1) / (warmup_steps + 1) for step <= warmup_steps, a straight line
@@ -82,6 +99,10 @@ def learning_rate(step: int, progress: float, cfg: OptimConfig, warmup_end_progr
         cosine:   lr * (min_lr_ratio + (1 - min_lr_ratio) * (1 + cos(pi * t)) / 2)
         constant: lr
 
+    With a warm-up `share` of the budget (`warmup_share`), warm-up rises to lr at whichever comes first, step
+    == warmup_steps or progress == share, and decay is measured from share: a run whose steps end it first warms up
+    exactly as above, one that a time, token or FLOP budget ends first warms up over that share of it.
+
     one-cycle (Cramming's triangle) is measured in budget from the start, warm-up included, so it fits any budget
     (steps, tokens or time) with no step count to tune: with p = progress and c = cycle_peak,
 
@@ -90,8 +111,11 @@ def learning_rate(step: int, progress: float, cfg: OptimConfig, warmup_end_progr
     """
     if cfg.schedule == "one-cycle":
         return _one_cycle(min(max(progress, 0.0), 1.0), cfg)
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / (cfg.warmup_steps + 1)
+    rising = (step + 1) / (cfg.warmup_steps + 1) if step < cfg.warmup_steps else 1.0
+    if share is not None:
+        rising, warmup_end_progress = min(max(rising, progress / share), 1.0), share
+    if rising < 1.0:
+        return cfg.lr * rising
     if cfg.schedule == "constant":
         return cfg.lr
     start = min(max(warmup_end_progress, 0.0), 1.0)

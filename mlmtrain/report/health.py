@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from mlmtrain.config import ReportConfig, apply_override, config_from_dict
+from mlmtrain.config import ReportConfig, apply_override, config_from_dict, parse_duration
 from mlmtrain.errors import UserError
 from mlmtrain.report.rundata import Run
 
@@ -320,11 +320,44 @@ def _check_one_cycle(run: Run, limits: ReportConfig) -> Verdict:
     return Verdict(name, OK, f"the one-cycle learning rate rises over {_pct(peak)} of the run (optim.cycle_peak)")
 
 
+def _budget_limits(run: Run) -> dict[str, float]:
+    """The budgets the run's config sets, by key (max_steps, max_tokens, max_time in seconds, max_flops)."""
+    limits = {key: run.number("train", key) for key in ("max_steps", "max_tokens", "max_flops")}
+    try:
+        limits["max_time"] = parse_duration(run.setting("train", "max_time"))
+    except UserError:  # a damaged mlmtrain.yaml: no time budget to judge by
+        limits["max_time"] = None
+    return {key: limit for key, limit in limits.items() if limit}
+
+
+def _budget_spent(run: Run) -> bool:
+    """Whether the last logged line reached a budget of the run's config: the run ended there, not in the middle."""
+    elapsed, flops = run.get("elapsed_s"), run.get("flops")
+    used = {
+        "max_steps": run.last_step(),
+        "max_tokens": run.last_tokens(),
+        "max_time": float(elapsed.value[-1]) if elapsed is not None else 0.0,
+        "max_flops": float(flops.value[-1]) if flops is not None else 0.0,
+    }
+    return any(used[key] >= limit * 0.99 for key, limit in _budget_limits(run).items())
+
+
 def check_warmup(run: Run, limits: ReportConfig) -> Verdict:
     name = "warm-up"
     if run.setting("optim", "schedule") == "one-cycle":
         return _check_one_cycle(run, limits)
     warmup, planned = run.number("optim", "warmup_steps"), _planned_steps(run)
+    # warm-up counts steps unless max_steps stands beside another budget (then it is a share: model.optim.warmup_share)
+    counts_steps = not (run.number("train", "max_steps") and len(_budget_limits(run)) > 1)
+    if warmup and counts_steps and run.last_step() < warmup and _budget_spent(run):
+        return Verdict(
+            name,
+            FAIL,
+            f"the run ended at step {run.last_step():,}, inside its warm-up of {warmup:,.0f} steps: the learning rate "
+            "never reached optim.lr",
+            "lower optim.warmup_steps, or set train.max_steps beside train.max_time so that warm-up is its share of "
+            "the budget",
+        )
     if warmup is None or planned is None:
         return Verdict(name, UNKNOWN, "the run's length or warm-up is unknown (no mlmtrain.yaml, or a time budget)")
     share = warmup / max(planned, 1.0)

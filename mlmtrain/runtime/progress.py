@@ -108,9 +108,17 @@ class Reporter:
         elif show_bar:  # a log file (nohup, a scheduler): a bar redrawn 10 times a second would fill it
             self._plain = _PlainProgress(total_steps, initial_step, plain_every_s)
 
-    def advance(self, step: int, loss: Optional[float], lr: float, tokens_per_s: float) -> None:
+    def advance(
+        self, step: int, loss: Optional[float], lr: float, tokens_per_s: float, total: Optional[int] = None
+    ) -> None:
         """Move the bar to `step` and show the latest figures (ETA comes from the bar); `loss` is the last one read
-        from the device (None before the first), so the bar costs the device no wait."""
+        from the device (None before the first), so the bar costs the device no wait. `total`, when known, is the
+        step the run is expected to end at (whichever budget ends it first): the bar counts toward it."""
+        if total is not None:
+            if self._bar is not None and self._bar.total != total:
+                self._bar.total = total
+            if self._plain is not None:
+                self._plain.total = total
         if self._bar is not None:
             self._bar.update(step - self._bar.n)
             shown = {"loss": f"{loss:.3f}"} if loss is not None else {}

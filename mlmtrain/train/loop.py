@@ -36,14 +36,15 @@ from mlmtrain.train.init_from import (
     write_added_words,
 )
 from mlmtrain.train.objective import evaluate_trained
+from mlmtrain.train.plan import RateMeter, forecast
 from mlmtrain.train.step import (
     StepResult,
     TrainingSetup,
     budget_progress,
-    budget_shares,
     build_setup,
     compile_failure,
     reproducible_compile,
+    spent_budgets,
     train_step,
 )
 
@@ -160,7 +161,7 @@ def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Pat
     setup = build_setup(cfg, ctx, resume_from)
     if resume_from is not None and budget_progress(cfg, setup.state) >= 1.0:  # nothing left: write nothing
         if ctx.is_main:
-            spent = [key for key, share in budget_shares(cfg, setup.state).items() if share >= 1.0]
+            spent = spent_budgets(cfg, setup.state)
             say(
                 f"{resume_from} (step {setup.state.step}) has already spent the run's budget ({', '.join(spent)}); "
                 "nothing to train: raise that budget with --set to train further"
@@ -253,7 +254,7 @@ class Loop:
             initial_step=state.step,
         )
         stopper = StopRequested()
-        window = Window()
+        window, meter, planned = Window(), RateMeter(), False
         started = time.perf_counter() - state.elapsed_s  # wall time carries over a resume, for max_time
         stopped = False
         eval_loss: Optional[float] = None
@@ -269,7 +270,13 @@ class Loop:
                     self.setup, micro, lambda: time.perf_counter() - started - self.probe_s, stopper.flag
                 )
                 window.tokens += result.tokens
-                reporter.advance(state.step, self.shown_loss, result.lr, window.tokens_per_s())
+                meter.add(time.perf_counter(), result.tokens)
+                plan = forecast(cfg, state, meter.steps_per_s(), meter.tokens_per_step()) if meter.ready() else None
+                if plan is not None and not planned:  # once: the measured rate turned into the time to the budget
+                    reporter.message(plan.line(meter.steps_per_s(), meter.steps_per_s() * meter.tokens_per_step()))
+                    planned = True
+                total = plan.final_step if plan is not None else None
+                reporter.advance(state.step, self.shown_loss, result.lr, window.tokens_per_s(), total)
                 # the step's figures stay on the device, read only where a line, an evaluation, a checkpoint or the
                 # end needs them: between those, the host queues steps without waiting
                 logs = state.step % cfg.train.log_every == 0
@@ -279,8 +286,9 @@ class Loop:
                 )
                 pause = cfg.train.pause_after
                 stopping = result.stop_requested or bool(pause and self.start_step < pause <= state.step)
-                if logs or evaluates or saves or stopping or budget_progress(cfg, state) >= 1.0:
-                    self.settle(result, reporter, window if logs else None)
+                last = stopping or budget_progress(cfg, state) >= 1.0
+                if logs or evaluates or saves or last:  # the last steps' window is logged too, however short
+                    self.settle(result, reporter, window if logs or last else None)
                     window = Window() if logs else window
                 eval_loss = self.evaluate(reporter) if evaluates else None
                 self.probe(reporter, evaluates)
@@ -440,9 +448,10 @@ class Loop:
                 f"{launcher}mlmtrain pretrain --config <your config> --resume (same --set options)"
             )
             return
+        ended = spent_budgets(self.cfg, self.state)
         say(
-            f"done: {self.state.step} steps, {self.state.tokens:,} tokens in {self.state.elapsed_s:.0f}s; "
-            f"checkpoint {self.last_saved} (also {latest})"
+            f"done: {self.state.step} steps, {self.state.tokens:,} tokens in {self.state.elapsed_s:.0f}s, until "
+            f"{' and '.join(ended) or 'the budget'} ended the run; checkpoint {self.last_saved} (also {latest})"
         )
         say(f'try: mlmtrain fill-mask --model {latest} "a sentence with a [MASK] in it"')
         say(f"and: mlmtrain eval-perplexity --model {latest} --config <your config>")

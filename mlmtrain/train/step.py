@@ -32,7 +32,13 @@ from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
 from mlmtrain.errors import UserError
 from mlmtrain.model.bert import MaskedLM, use_training_attention
 from mlmtrain.model.context import autocast_context
-from mlmtrain.model.optim import apply_optim_config, build_optimizer, learning_rate, set_learning_rate
+from mlmtrain.model.optim import (
+    apply_optim_config,
+    build_optimizer,
+    learning_rate,
+    set_learning_rate,
+    warmup_share,
+)
 from mlmtrain.runtime.distributed import DistContext, all_reduce_sum
 from mlmtrain.runtime.progress import say
 from mlmtrain.train import checkpoint as ckpt
@@ -287,6 +293,11 @@ def budget_shares(cfg: Config, state: TrainState) -> dict[str, float]:
     return {f"train.{key}": used[key] / limit for key, limit in limits.items() if limit}
 
 
+def spent_budgets(cfg: Config, state: TrainState) -> list[str]:
+    """The budgets used up, by their keys: what ended (or would end) the run."""
+    return [key for key, share in budget_shares(cfg, state).items() if share >= 1.0]
+
+
 def budget_progress(cfg: Config, state: TrainState) -> float:
     """Share of the budget used: the largest of steps, tokens, wall time and FLOPs (whichever are set)."""
     return max(budget_shares(cfg, state).values(), default=0.0)
@@ -424,7 +435,8 @@ def train_step(
     # 4. Set the learning rate for this step, step (a no-op on the device where not finite).
     if state.step == cfg.optim.warmup_steps:
         state.warmup_end_progress = budget_progress(cfg, state)
-    lr = learning_rate(state.step, budget_progress(cfg, state), cfg.optim, state.warmup_end_progress)
+    share = warmup_share(cfg.optim, cfg.train)  # warm-up as a share of a budget other than steps, if any
+    lr = learning_rate(state.step, budget_progress(cfg, state), cfg.optim, state.warmup_end_progress, share)
     set_learning_rate(setup.optimizer, lr)
     if setup.scaler.is_enabled():
         _scaler_step(setup, loss_finite)

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from mlmtrain.config import ModelConfig, OptimConfig
+from mlmtrain.config import ModelConfig, OptimConfig, TrainConfig
 from mlmtrain.model.bert import MaskedLM, build_model
-from mlmtrain.model.optim import build_optimizer, learning_rate, parameter_groups, set_learning_rate
+from mlmtrain.model.optim import build_optimizer, learning_rate, parameter_groups, set_learning_rate, warmup_share
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +188,30 @@ def test_one_cycle_is_a_triangle_over_the_budget():
     assert learning_rate(0, 0.0, floored) == pytest.approx(0.1)
     assert learning_rate(5, 0.75, floored) == pytest.approx(0.55)
     assert learning_rate(9, 1.4, floored) == pytest.approx(0.1)  # clamped past the end
+
+
+@pytest.mark.parametrize(
+    ("budgets", "share"),
+    [
+        ({"max_steps": 1000}, None),  # steps alone: warm-up counts steps
+        ({"max_steps": None, "max_time": "3m"}, None),  # no step count to scale from: steps, and the health check
+        ({"max_steps": 1000, "max_time": "3m"}, 0.05),
+        ({"max_steps": 1000, "max_tokens": 10_000}, 0.05),
+    ],
+)
+def test_warm_up_is_a_share_of_a_budget_other_than_steps(budgets: dict, share) -> None:
+    assert warmup_share(OptimConfig(warmup_steps=50), TrainConfig(**budgets)) == share
+    assert warmup_share(OptimConfig(warmup_steps=50, schedule="one-cycle"), TrainConfig(**budgets)) is None
+
+
+def test_a_time_budget_stretches_the_warm_up_and_a_step_budget_keeps_it() -> None:
+    """100 planned steps with 10 of warm-up: a time budget that allows only 40 steps warms up over its first 10 %
+    (4 steps) and decays over the rest; where the steps end the run, the warm-up is the step-counted line."""
+    cfg = schedule("linear")  # lr 1, 10 warm-up steps
+    share = 10 / 100
+    time_bound = [learning_rate(step, (step + 0.5) / 40, cfg, 0.0, share) for step in range(40)]
+    assert time_bound[:4] == pytest.approx([(step + 0.5) / 40 / share for step in range(4)])  # the rise
+    assert time_bound[4] == pytest.approx(1.0 - (4.5 / 40 - share) / (1 - share))  # warm-up over: decaying
+    assert max(time_bound) <= 1.0 and time_bound[-1] < 0.02
+    step_bound = [learning_rate(step, step / 100, cfg, 0.0, share) for step in range(11)]
+    assert step_bound == pytest.approx([(step + 1) / 11 for step in range(10)] + [1.0])

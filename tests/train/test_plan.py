@@ -1,0 +1,74 @@
+"""How long a run will take and what ended it: the forecast from the measured rate, the plan line, the budget named
+at the end, every step in metrics.jsonl, and a warm-up that stretches with a time budget."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mlmtrain.config import load_config
+from mlmtrain.report.health import run_checks
+from mlmtrain.report.rundata import load_run
+from mlmtrain.train.loop import pretrain
+from mlmtrain.train.plan import Forecast, RateMeter, duration, forecast
+from mlmtrain.train.step import TrainState
+
+from .test_train import metrics
+
+
+@pytest.mark.parametrize(
+    ("budgets", "expected"),
+    [
+        (["train.max_steps=1000"], Forecast("train.max_steps", 1000, 900 / 2)),
+        (["train.max_steps=1000", "train.max_time=1000"], Forecast("train.max_steps", 1000, 450)),
+        (["train.max_steps=1000", "train.max_time=20"], Forecast("train.max_time", 100 + 20, 10)),
+        (["train.max_steps=null", "train.max_tokens=400000"], Forecast("train.max_tokens", 400, 150)),
+        (["train.max_steps=null", "train.max_flops=4e9"], Forecast("train.max_flops", 400, 150)),
+    ],
+)
+def test_the_forecast_names_the_budget_that_ends_the_run_first(budgets: list[str], expected: Forecast) -> None:
+    """100 steps of 1,000 tokens (10 MFLOPs each) done in 10 s: 2 steps/s from here on."""
+    state = TrainState(step=100, tokens=100_000, flops=1_000_000_000, elapsed_s=10.0)
+    assert forecast(load_config(None, budgets), state, 2.0, 1000.0) == expected
+    assert forecast(load_config(None, budgets), state, 0.0, 1000.0) is None  # no rate yet: no forecast
+
+
+def test_the_rate_leaves_out_the_first_step_and_waits_for_enough_steps() -> None:
+    meter = RateMeter(min_steps=3, min_seconds=100.0)
+    meter.add(50.0, 64)  # the first step: slow, and only starts the clock
+    for now in (51.0, 51.5, 52.0):
+        assert not meter.ready()
+        meter.add(now, 64)
+    assert meter.ready() and meter.steps_per_s() == 1.5 and meter.tokens_per_step() == 64
+    assert [duration(s) for s in (42, 600, 9000)] == ["42 s", "10 min", "2.5 h"]
+
+
+def test_a_run_plans_names_what_ended_it_and_logs_its_last_steps(
+    tiny_config: Callable, capsys: pytest.CaptureFixture
+) -> None:
+    run_dir = Path(pretrain(tiny_config(**{"train.max_steps": 13, "train.log_every": 5}))).parent.parent
+    err = capsys.readouterr().err
+    assert "plan: 13 steps, until train.max_steps ends the run, at" in err
+    assert "until train.max_steps ended the run" in err
+    logged = [line["step"] for line in metrics(run_dir) if "loss" in line]
+    assert logged == [5, 10, 13]  # the last three steps have their line, as the full windows do
+
+
+def test_a_time_budget_stretches_the_warm_up_and_a_run_ending_inside_its_warm_up_is_flagged(
+    tiny_config: Callable, capsys: pytest.CaptureFixture
+) -> None:
+    """Warm-up of 20,000 of 100,000 planned steps under 3 seconds: it takes the first 20 % of the time, the rate
+    reaches its peak and decays; with no step budget beside the time, the run ends inside its warm-up, which
+    the health checks flag."""
+    common = {"train.max_time": 3, "optim.warmup_steps": 20_000, "optim.lr": 1e-3, "train.eval_every": 0}
+    run_dir = Path(pretrain(tiny_config(**common, **{"train.max_steps": 100_000}))).parent.parent
+    assert "until train.max_time ended the run" in capsys.readouterr().err
+    rates = [line["lr"] for line in metrics(run_dir) if "lr" in line]
+    assert max(rates) > 0.9e-3 and rates[-1] < 0.2e-3
+    assert {v.check: v.status for v in run_checks(load_run(run_dir))}["warm-up"] != "FAIL"
+
+    inside = Path(pretrain(tiny_config(**common, **{"train.max_steps": None, "train.run_dir": str(run_dir) + "-2"})))
+    verdict = {v.check: v for v in run_checks(load_run(inside.parent.parent))}["warm-up"]
+    assert verdict.status == "FAIL" and "inside its warm-up of 20,000 steps" in verdict.message, verdict
