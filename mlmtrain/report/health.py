@@ -186,12 +186,22 @@ def check_overfitting(run: Run, limits: ReportConfig) -> Verdict:
     train, evals = loss.finite(), evals.finite()
     gap = evals.value - np.interp(evals.step, train.step, smooth(train.value))
     growth = float(gap[-1] - gap.min())
-    if growth > limits.overfit_gap:
+    best = int(np.argmin(evals.value))
+    rose = float(evals.value[-1] - evals.value[best])
+    if growth > limits.overfit_gap and rose > 0:  # a gap that grows while validation still improves is not harm yet
         return Verdict(
             name,
             FAIL,
-            f"{epochs:.1f} passes over {corpus:,} tokens and (validation - training loss) grew by {growth:.3f} nats",
+            f"{epochs:.1f} passes over {corpus:,} tokens, (validation - training loss) grew by {growth:.3f} nats and "
+            f"the validation loss rose by {rose:.3f} from its best, at step {int(evals.step[best]):,}",
             "train on more data, keep the best checkpoint (checkpoint.keep_best: true), or raise model.dropout",
+        )
+    if growth > limits.overfit_gap:
+        return Verdict(
+            name,
+            OK,
+            f"{epochs:.1f} passes over the data; the validation gap grew by {growth:.3f} nats, but the validation "
+            "loss is still at its best",
         )
     return Verdict(name, OK, f"{epochs:.1f} passes over the data; the validation gap grew by only {growth:.3f} nats")
 

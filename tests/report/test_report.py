@@ -348,6 +348,20 @@ def test_each_check_fires_on_its_problem(tmp_path: Path, problem: str) -> None:
     assert not others  # and only that one fires
 
 
+def test_a_growing_gap_while_validation_still_improves_is_not_overfitting(tmp_path: Path) -> None:
+    """Ten passes over the data, training loss falling far below validation, but validation at its best at the
+    last evaluation: the best checkpoint is the last, so nothing to fix (the quick start's case)."""
+    spec = healthy_spec()
+    spec["store"]["train"]["tokens"] = 20_000_000
+    for line in spec["train"]:
+        line["loss"] -= line["step"] / 1000  # the gap grows by 2 nats
+    verdict = verdicts_of(write_run(tmp_path / "run", spec))["overfitting"]
+    assert verdict.status == health.OK and "still at its best" in verdict.message, verdict
+    spec["evals"][-1]["eval_loss"] += 0.05  # now the last evaluation is worse than the best
+    verdict = verdicts_of(write_run(tmp_path / "worse", spec))["overfitting"]
+    assert verdict.status == health.FAIL and "from its best, at step 1,800" in verdict.message, verdict
+
+
 def test_thresholds_come_from_the_run_config_and_the_command_line(tmp_path: Path) -> None:
     spec = healthy_spec()
     _scale_train(spec, "data_wait_share", 0.3)
