@@ -9,9 +9,11 @@ own environment variables (MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME, WANDB_MO
 from __future__ import annotations
 
 import importlib
+import netrc
 import os
 import sys
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,6 +30,7 @@ REQUIREMENTS = {
     "wandb": ("wandb", "pip install 'mlmtrain[wandb]'"),
 }
 WANDB_DEFAULT_PROJECT = "mlmtrain"  # where W&B runs go when WANDB_PROJECT is not set
+MLFLOW_DB = "mlflow.db"  # the MLflow store in the run folder when MLFLOW_TRACKING_URI is not set
 
 
 class Tracker(Protocol):
@@ -97,7 +100,7 @@ class _MLflow:
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
-        self.client = MlflowClient()  # MLFLOW_TRACKING_URI, or MLflow's default store
+        self.client = MlflowClient(tracking_uri=mlflow_store(run_dir))
         experiment = _mlflow_experiment(self.client)
         run = self.client.create_run(experiment, run_name=run_dir.name, tags={"mlmtrain.run_dir": str(run_dir)})
         self.run_id = run.info.run_id
@@ -113,6 +116,14 @@ class _MLflow:
 
     def close(self, failed: bool) -> None:
         self.client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")
+
+
+def mlflow_store(run_dir: Path) -> str:
+    """MLFLOW_TRACKING_URI when set; else an SQLite store in the run folder (RUN_DIR/mlflow.db, what the mlflow extra
+    installs), where MLflow 3's own default would need a database in the working directory."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return f"sqlite:///{(run_dir / MLFLOW_DB).resolve()}"
 
 
 def _mlflow_experiment(client: Any) -> str:
@@ -135,13 +146,33 @@ class _WandB:
         import wandb
 
         project = os.environ.get("WANDB_PROJECT", WANDB_DEFAULT_PROJECT)
-        self.run = wandb.init(project=project, name=run_dir.name, config=dict(config))
+        offline = {} if wandb_login_known() else {"mode": "offline", "dir": str(run_dir)}
+        if offline:
+            print(
+                f"W&B: no login found (wandb login, or WANDB_API_KEY); logging offline into {run_dir / 'wandb'}, "
+                "which `wandb sync` uploads later",
+                file=sys.stderr,
+                flush=True,
+            )
+        self.run = wandb.init(project=project, name=run_dir.name, config=dict(config), **offline)
 
     def log(self, step: int, scalars: Mapping[str, float]) -> None:
         self.run.log(dict(scalars), step=step)
 
     def close(self, failed: bool) -> None:
         self.run.finish(exit_code=1 if failed else 0)
+
+
+def wandb_login_known() -> bool:
+    """Whether W&B can log online or was told how to log: WANDB_MODE or WANDB_API_KEY set, or a login that
+    `wandb login` saved in ~/.netrc (or NETRC) for its host. Without one, wandb.init would stop the run."""
+    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urllib.parse.urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    try:
+        return netrc.netrc(os.environ.get("NETRC")).authenticators(host or "") is not None
+    except (OSError, netrc.NetrcParseError):  # no ~/.netrc, or one wandb could not read either
+        return False
 
 
 def failing() -> bool:

@@ -198,3 +198,30 @@ def test_a_tracker_that_cannot_start_leaves_no_run_behind(tiny_data: Path, tmp_p
     assert not (run_dir / "metrics.jsonl").exists()
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     assert pretrain(cfg).name == "step-10"
+
+
+@pytest.mark.skipif(not {"mlflow", "wandb"} <= set(INSTALLED), reason="needs mlflow and wandb")
+def test_with_no_settings_mlflow_and_wandb_log_into_the_run_folder(
+    tiny_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """As a fresh install finds them: no MLFLOW_TRACKING_URI (MLflow 3's own default wants a database in the working
+    folder) and no W&B login: MLflow gets an SQLite store in the run folder, W&B logs offline there, and both say
+    where."""
+    from mlflow.tracking import MlflowClient
+
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_ALLOW_FILE_STORE", "WANDB_MODE", "WANDB_API_KEY", "WANDB_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.chdir(tmp_path)  # MLflow's default store would land here
+    run_dir = tmp_path / "run"
+    pretrain(
+        load_config(None, tiny_overrides(tiny_data, **{"train.run_dir": run_dir, "train.trackers": "[mlflow, wandb]"}))
+    )
+    assert "logging offline into" in capsys.readouterr().err
+    client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
+    (run,) = client.search_runs(["0"])
+    assert run.info.run_name == "run" and run.info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == list(range(1, 11))
+    assert any((run_dir / "wandb").glob("offline-run-*"))
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
