@@ -145,12 +145,14 @@ def _fits(value: Any, kind: str) -> bool:
 
 @functools.cache
 def _json_names(model_type: str) -> dict[str, str]:
-    """{transformers attribute: its config.json key} of the keys mlmtrain reads that `model_type` writes."""
+    """{transformers attribute: its config.json key} of the keys mlmtrain reads that `model_type` writes; only the
+    optional ones for a type with no masked-LM head, which the commands refuse for that reason."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     config_class = CONFIG_MAPPING[model_type]
     try:
-        written = config_class().to_dict()
+        written = config_class().to_dict() if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES else {}
     except Exception:  # a composite config (encoder-decoder) builds no default: none of its keys is required
         written = {}
     names = {key: config_class.attribute_map.get(key, key) for key in (*_SIZES, *_OPTIONAL)}
