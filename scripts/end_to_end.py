@@ -217,9 +217,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
     device = torch.device(("cuda" if args.device == "auto" else args.device) if cuda else "cpu")
-    mlm = AutoModelForMaskedLM.from_pretrained(str(model)).to(device)
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
-    answers = pipeline("fill-mask", model=str(model), device=device)(CLOZE, top_k=3)
+    mlm = AutoModelForMaskedLM.from_pretrained(str(model), trust_remote_code=False).to(device)
+    tokenizer = AutoTokenizer.from_pretrained(str(model), trust_remote_code=False)
+    answers = pipeline("fill-mask", model=str(model), device=device, trust_remote_code=False)(CLOZE, top_k=3)
     batch = tokenizer([CLOZE], return_tensors="pt").to(device)
     with torch.no_grad():
         logits = mlm(**batch).logits

@@ -270,7 +270,7 @@ def fill_mask_predictions(
     mask = tokenizer.mask_token
     positions = getattr(mlm.config, "max_position_embeddings", None)
     with quiet_transformers():
-        fill = pipeline("fill-mask", model=mlm, tokenizer=tokenizer, device=torch_device)
+        fill = pipeline("fill-mask", model=mlm, tokenizer=tokenizer, device=torch_device, trust_remote_code=False)
     for line in texts:
         # the literal [MASK] works whatever the model calls its mask token (<mask> for RoBERTa-style ones)
         query = line.replace("[MASK]", mask) if mask != "[MASK]" else line

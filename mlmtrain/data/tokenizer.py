@@ -21,6 +21,7 @@ from mlmtrain.config import TokenizerConfig
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.runtime.files import replace_folder
 from mlmtrain.runtime.hub import hub_unreachable
+from mlmtrain.runtime.model_folder import check_folder, from_pretrained
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]  # the trainer gives them ids 0..4 in this order
@@ -216,11 +217,15 @@ def copy_tokenizer(tokenizer: transformers.PreTrainedTokenizerFast, folder: Path
 
 
 def save_tokenizer_files(tokenizer: transformers.PreTrainedTokenizerBase, folder: Union[str, Path]) -> None:
-    """`tokenizer.save_pretrained(folder)`, then the files transformers 5 leaves out: `vocab.txt` (of a WordPiece
+    """`tokenizer.save_pretrained(folder)` without the `auto_map` a loaded tokenizer_config.json may carry (what
+    mlmtrain writes never points at code), then the files transformers 5 leaves out: `vocab.txt` (of a WordPiece
     tokenizer) and `special_tokens_map.json`. The slow `BertTokenizer`, `use_fast=False` and transformers 4 read
     them, so the folder loads under every transformers version whichever one wrote it."""
     folder = Path(folder)
     tokenizer.save_pretrained(str(folder))
+    settings = json.loads((folder / _CONFIG_FILE).read_text(encoding="utf-8"))
+    if settings.pop("auto_map", None) is not None:
+        (folder / _CONFIG_FILE).write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n", "utf-8")
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if not (folder / "vocab.txt").exists() and backend is not None:
         vocab = backend.get_vocab(with_added_tokens=True)
@@ -346,13 +351,14 @@ def load_tokenizer(name_or_folder: Union[str, Path]) -> transformers.PreTrainedT
                 f"{path} is not a tokenizer folder: it lacks {' and '.join(missing)}; "
                 "run `mlmtrain tokenize` or pass another folder",
             )
+        check_folder(path)  # before transformers, which would offer to run the folder's code
         source = str(path)
         unreachable = None
     else:
         source = name
         unreachable = hub_unreachable()  # then only the local cache can serve it, without a minute of retries
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=unreachable is not None)
+        tokenizer = from_pretrained(transformers.AutoTokenizer, source, local_files_only=unreachable is not None)
     except Exception as error:  # hub, network, json and tokenizers errors come in many types; all mean "cannot load"
         reason = first_line(error)
         if unreachable:

@@ -28,6 +28,7 @@ from mlmtrain.data.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.evaluate.stats import ratio_interval
 from mlmtrain.model.context import autocast_context, eval_mode, quiet_transformers
+from mlmtrain.runtime.model_folder import from_pretrained, model_config
 from mlmtrain.runtime.progress import progress_bar
 
 DEFAULT_SEQ_LEN = 128  # block length when neither --seq-len, the config, nor the checkpoint's mlmtrain.yaml says
@@ -341,21 +342,23 @@ def load_masked_lm(folder: Union[str, Path]) -> tuple[Any, Any]:
 
     folder = Path(folder)
     check_checkpoint_folder(folder)
+    model_config(folder)  # no code of the folder's, and every key read here of the right type
     with quiet_transformers():
         try:
-            config = AutoConfig.from_pretrained(folder)
+            config = from_pretrained(AutoConfig, folder)
         except Exception as error:  # bad JSON, unknown model_type: many types, one meaning
             raise UserError("model", f"{folder}/config.json cannot be read: {first_line(error)}") from error
         if config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
             raise UserError("model", f"{folder} holds a {config.model_type!r} model, which has no masked-LM head")
         try:
-            mlm, info = AutoModelForMaskedLM.from_pretrained(folder, config=config, output_loading_info=True)
+            mlm, info = from_pretrained(AutoModelForMaskedLM, folder, config=config, output_loading_info=True)
         except Exception as error:  # safetensors, pickle and torch errors: a truncated or damaged file
             if "mismatch" in str(error).lower():  # whole weights of other shapes: it is config.json that changed
                 raise UserError(
                     "model",
                     f"the weights in {folder} do not have the shapes its config.json describes (it was edited, or "
-                    "belongs to another model): restore that config.json or use another checkpoint",
+                    "belongs to another model), so the folder is not a valid model: restore that config.json or use "
+                    "another checkpoint",
                 ) from error
             raise UserError(
                 "model",

@@ -29,6 +29,7 @@ from mlmtrain.evaluate.stats import pearson_interval, wilson_interval
 from mlmtrain.evaluate.tasks import Split, Task, TaskFields, load_task
 from mlmtrain.model.context import quiet_transformers
 from mlmtrain.model.optim import build_optimizer, learning_rate, set_learning_rate
+from mlmtrain.runtime.model_folder import from_pretrained, model_config
 from mlmtrain.runtime.progress import progress_bar
 
 # Linear probe: the L2 penalty is chosen on valid from these, strongest first, each fit starting from the previous
@@ -160,9 +161,10 @@ def encoder_config(model: str) -> Any:
 
     if _is_path(model):
         check_checkpoint_folder(Path(model).expanduser())
+        model_config(model)  # no code of the folder's, and every key read here of the right type
     with quiet_transformers():
         try:
-            config = AutoConfig.from_pretrained(model)
+            config = from_pretrained(AutoConfig, model)
         except Exception as error:  # bad JSON, unknown model_type, hub unreachable: one meaning for the user
             raise UserError("model", f"cannot read the config of {model}: {first_line(error)}") from error
     decoder = getattr(config, "is_decoder", False) or getattr(config, "is_encoder_decoder", False)
@@ -194,7 +196,7 @@ def load_weights(model: str, config: Any, head: bool) -> Any:
     auto = AutoModelForSequenceClassification if head else AutoModel
     with quiet_transformers():
         try:
-            loaded, info = auto.from_pretrained(model, config=config, output_loading_info=True)
+            loaded, info = from_pretrained(auto, model, config=config, output_loading_info=True)
         except Exception as error:  # safetensors, pickle and torch errors: a truncated or damaged file
             raise UserError("model", f"cannot load the weights of {model}: {first_line(error)}") from error
     prefix = loaded.base_model_prefix
@@ -217,7 +219,7 @@ def untrained(config: Any, head: bool) -> Any:
     from transformers import AutoModel, AutoModelForSequenceClassification
 
     with quiet_transformers():
-        return (AutoModelForSequenceClassification if head else AutoModel).from_config(config)
+        return (AutoModelForSequenceClassification if head else AutoModel).from_config(config, trust_remote_code=False)
 
 
 def classifier_from(mlm: Any, task: Task) -> Any:
@@ -225,7 +227,9 @@ def classifier_from(mlm: Any, task: Task) -> Any:
     from transformers import AutoModelForSequenceClassification
 
     with quiet_transformers():
-        classifier = AutoModelForSequenceClassification.from_config(_with_labels(mlm.config, task))
+        classifier = AutoModelForSequenceClassification.from_config(
+            _with_labels(mlm.config, task), trust_remote_code=False
+        )
     classifier.base_model.load_state_dict(mlm.base_model.state_dict(), strict=False)  # pooler stays new
     return classifier
 

@@ -29,6 +29,7 @@ from mlmtrain.data.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
 from mlmtrain.errors import UserError
 from mlmtrain.model.bert import head_autocast, padded_vocab_size
 from mlmtrain.model.context import autocast_context, eval_mode
+from mlmtrain.runtime.model_folder import from_pretrained
 
 GENERATOR_DIR = "generator"  # the generator's folder inside an ELECTRA checkpoint
 # The ELECTRA paper replaces 15 % of the tokens (25 % for its large model). At the fast MLM recipe's 40 %, which the
@@ -244,12 +245,8 @@ def load_electra(folder: Path, cfg: Config, vocab: VocabInfo, **config: Any) -> 
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
     generator_folder = Path(folder) / GENERATOR_DIR
-    discriminator = ElectraForPreTraining.from_pretrained(
-        str(folder), attn_implementation=electra_attention(), **config
-    )
-    generator = ElectraForMaskedLM.from_pretrained(
-        str(generator_folder), attn_implementation=electra_attention(), **config
-    )
+    discriminator = from_pretrained(ElectraForPreTraining, folder, attn_implementation=electra_attention(), **config)
+    generator = from_pretrained(ElectraForMaskedLM, generator_folder, attn_implementation=electra_attention(), **config)
     return ElectraPretraining(generator, discriminator, vocab, cfg)
 
 

@@ -19,8 +19,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from mlmtrain.runtime.model_folder import WEIGHTS_INDEX, from_pretrained, weight_map
+
 WEIGHTS = "model.safetensors"
-WEIGHTS_INDEX = "model.safetensors.index.json"
 POOLER_SHARD = "model-pooler.safetensors"  # where a sharded folder's pooler goes (listed in its index)
 _FLOAT_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 
@@ -33,32 +34,26 @@ def _base_pooler(config: Any) -> Optional[tuple[str, dict[str, torch.Size]]]:
     from mlmtrain.model.context import quiet_transformers
 
     with quiet_transformers(), torch.device("meta"):
-        base = AutoModel.from_config(config)
+        base = AutoModel.from_config(config, trust_remote_code=False)
     pooler = getattr(base, "pooler", None)
     if not isinstance(pooler, torch.nn.Module):
         return None
     return base.base_model_prefix, {f"pooler.{name}": value.shape for name, value in pooler.state_dict().items()}
 
 
-def _weight_map(folder: Path) -> dict[str, str]:
-    """Tensor name -> shard file of a sharded folder's index; {} for a folder with one weights file."""
-    index = folder / WEIGHTS_INDEX
-    return json.loads(index.read_text(encoding="utf-8"))["weight_map"] if index.is_file() else {}
-
-
 def _saved_names(folder: Path) -> list[str]:
     """The tensor names in a folder's safetensors weights (one file, or the shards its index lists)."""
     if (folder / WEIGHTS_INDEX).is_file():
-        return list(_weight_map(folder))
+        return list(weight_map(folder))
     with safe_open(str(folder / WEIGHTS), "pt") as weights:
         return list(weights.keys())
 
 
 def _saved_dtype(folder: Path, names: list[str]) -> torch.dtype:
     """The dtype of the saved floating-point weights: the pooler is stored like the rest of them."""
-    weight_map = _weight_map(folder)
+    shards = weight_map(folder)
     for name in names:
-        with safe_open(str(folder / weight_map.get(name, WEIGHTS)), "pt") as weights:
+        with safe_open(str(folder / shards.get(name, WEIGHTS)), "pt") as weights:
             dtype = weights.get_slice(name).get_dtype()
         if dtype in _FLOAT_DTYPES:
             return _FLOAT_DTYPES[dtype]
@@ -87,7 +82,7 @@ def add_pooler(folder: Path, seed: int, kept: Optional[dict[str, torch.Tensor]] 
     folder = Path(folder)
     if not (folder / WEIGHTS).is_file() and not (folder / WEIGHTS_INDEX).is_file():
         return False  # no safetensors weights to complete (the save wrote none)
-    config = AutoConfig.from_pretrained(str(folder))
+    config = from_pretrained(AutoConfig, folder)
     found = _base_pooler(config)
     if found is None:
         return False
@@ -109,7 +104,7 @@ def read_pooler(source: Path) -> Optional[dict[str, torch.Tensor]]:
     None when it has none (a model type without one, other weights)."""
     from transformers import AutoConfig
 
-    found = _base_pooler(AutoConfig.from_pretrained(str(source)))
+    found = _base_pooler(from_pretrained(AutoConfig, source))
     return _source_pooler(Path(source), *found) if found is not None else None
 
 
@@ -119,13 +114,13 @@ def _source_pooler(source: Path, prefix: str, shapes: dict[str, torch.Size]) -> 
     source = Path(source)
     if not (source / WEIGHTS).is_file() and not (source / WEIGHTS_INDEX).is_file():
         return None
-    names, weight_map = set(_saved_names(source)), _weight_map(source)
+    names, shards = set(_saved_names(source)), weight_map(source)
     found = {}
     for name, shape in shapes.items():
         stored = next((n for n in (f"{prefix}.{name}", name) if n in names), None)
         if stored is None:
             return None
-        with safe_open(str(source / weight_map.get(stored, WEIGHTS)), "pt") as weights:
+        with safe_open(str(source / shards.get(stored, WEIGHTS)), "pt") as weights:
             tensor = weights.get_tensor(stored)
         if tensor.shape != shape:
             return None

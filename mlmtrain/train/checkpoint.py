@@ -31,6 +31,7 @@ from mlmtrain.errors import UserError, first_line, loader_worker_died
 from mlmtrain.model.pooler import add_pooler
 from mlmtrain.runtime.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.runtime.files import remove_dead_leftovers, write_failure
+from mlmtrain.runtime.model_folder import from_pretrained, model_config
 from mlmtrain.train.model_card import write_model_card
 
 COMPLETE = "COMPLETE"
@@ -487,13 +488,7 @@ def _config_dropout(cfg: Config) -> dict[str, float]:
 
 
 def _read_model_config(folder: Path) -> dict[str, Any]:
-    try:
-        saved = json.loads((Path(folder) / "config.json").read_text())
-    except (OSError, ValueError):
-        saved = None
-    if not isinstance(saved, dict):  # valid JSON that is not a model's config (a list, a number) is damaged too
-        raise UserError("checkpoint", f"{folder}/config.json is missing or damaged; resume from another one") from None
-    return saved
+    return model_config(folder, topic="checkpoint", fix="resume from another one")
 
 
 def _planned_models(cfg: Config, vocab: Any) -> dict[str, tuple[Any, dict[str, str]]]:
@@ -657,7 +652,7 @@ def load_resume_model(folder: Path, cfg: Config, fingerprint: str) -> Any:
                 return load_electra(folder, cfg, VocabInfo.from_tokenizer(tokenizer), **dropout)
             # the pair objectives train (and save) BERT's pre-training heads
             model_class = BertForPreTraining if cfg.train.objective in PAIR_OBJECTIVES else BertForMaskedLM
-            return model_class.from_pretrained(str(folder), attn_implementation="sdpa", **dropout)
+            return from_pretrained(model_class, folder, attn_implementation="sdpa", **dropout)
     except UserError:
         raise
     except Exception as error:  # truncated safetensors and friends

@@ -19,6 +19,7 @@ import torch
 from mlmtrain.config import Config, TokenizerConfig, read_yaml
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.runtime.hub import hub_unreachable
+from mlmtrain.runtime.model_folder import from_pretrained, model_config
 
 KEY = "model.init_from"
 SUPPORTED = "a BERT masked LM (model_type bert, BertForMaskedLM or BertForPreTraining weights)"
@@ -85,12 +86,10 @@ def _hub_snapshot(name: str) -> Path:
 
 def _base_config(folder: Path, name: str) -> dict[str, Any]:
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        config = None
-    if not isinstance(config, dict):
-        raise _refuse(f"{name} has no readable config.json; pass a folder written by save_pretrained")
-    model_type = config.get("model_type")
+        config = model_config(folder)  # no code of the base's, and every key read here of the right type
+    except UserError as error:
+        raise _refuse(f"{name}: {error.message}") from None
+    model_type = config["model_type"]
     if model_type != "bert":
         raise _refuse(f"{name} is a {model_type!r} model; mlmtrain continues {SUPPORTED} only")
     architectures = config.get("architectures") or []
@@ -179,9 +178,7 @@ def _take_shape(cfg: Config, config: dict[str, Any], name: str) -> None:
     included) is refused."""
     model = cfg.model
     for key, base_key in SHAPE_KEYS.items():
-        value, base_value = getattr(model, key), config.get(base_key)
-        if not isinstance(base_value, int):
-            raise _refuse(f"{name}: its config.json has no {base_key}; pass a folder written by save_pretrained")
+        value, base_value = getattr(model, key), config[base_key]
         if value != base_value and cfg.set_by_user(f"model.{key}"):
             raise _refuse(f"{name} has {base_key}={base_value}, but model.{key} is {value}; drop model.{key}")
         setattr(model, key, base_value)
@@ -196,7 +193,7 @@ def _take_shape(cfg: Config, config: dict[str, Any], name: str) -> None:
             ("hidden_dropout", "hidden_dropout_prob"),
             ("attention_dropout", "attention_probs_dropout_prob"),
         ):
-            if not cfg.set_by_user(f"model.{key}") and isinstance(config.get(base_key), (int, float)):
+            if not cfg.set_by_user(f"model.{key}") and base_key in config:
                 setattr(model, key, float(config[base_key]))
 
 
@@ -243,8 +240,9 @@ def load_base_model(cfg: Config) -> Any:
     from mlmtrain.model.context import quiet_transformers
 
     with quiet_transformers():
-        model = BertForMaskedLM.from_pretrained(
-            str(base_folder(cfg.model.init_from)),
+        model = from_pretrained(
+            BertForMaskedLM,
+            base_folder(cfg.model.init_from),
             attn_implementation="sdpa",
             dtype=torch.float32,
             hidden_dropout_prob=cfg.model.hidden_dropout_prob,

@@ -176,11 +176,11 @@ def hf_worker(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("base"):  # continued pretraining: the model and tokenizer as run_mlm.py --model_name_or_path loads them
         from transformers import AutoModelForMaskedLM
 
-        tokenizer = AutoTokenizer.from_pretrained(spec["base"])
+        tokenizer = AutoTokenizer.from_pretrained(spec["base"], trust_remote_code=False)
         torch.manual_seed(cfg.train.seed)
-        model = AutoModelForMaskedLM.from_pretrained(spec["base"])
+        model = AutoModelForMaskedLM.from_pretrained(spec["base"], trust_remote_code=False)
     else:
-        tokenizer = AutoTokenizer.from_pretrained(str(cfg.tokenizer_dir))
+        tokenizer = AutoTokenizer.from_pretrained(str(cfg.tokenizer_dir), trust_remote_code=False)
         torch.manual_seed(cfg.train.seed)  # the same initial weights as ours: same seed, same build_model
         model = build_model(cfg.model, vocab_size=len(tokenizer), pad_id=tokenizer.pad_token_id)
     dataset = run_mlm_blocks(tokenizer, spec["train_text"], cfg.data.seq_len, spec["hf_cache"])

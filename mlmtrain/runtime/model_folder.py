@@ -1,0 +1,191 @@
+"""A model or tokenizer folder mlmtrain is handed, read as data only. A folder that asks for its own Python code
+(`auto_map`, or a model type or tokenizer class transformers does not know) is refused before transformers opens it,
+and every transformers loader goes through `from_pretrained` here (trust_remote_code=False, so no prompt ever asks
+to run it); config.json is read by typed keys (`model_config`), and a sharded index names files inside the folder
+only (`weight_map`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path, PurePath
+from typing import Any, Optional, Union
+
+from mlmtrain.errors import UserError
+
+CONFIG = "config.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+_INDEXES = (WEIGHTS_INDEX, "pytorch_model.bin.index.json")
+_NO_CODE = "mlmtrain never runs a model folder's own code"
+
+
+def _json_object(path: Path) -> Optional[dict[str, Any]]:
+    """The JSON object in `path`; None when it is missing, unreadable or not an object."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _known_model_type(model_type: Any) -> bool:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    return isinstance(model_type, str) and model_type in CONFIG_MAPPING_NAMES
+
+
+def _known_tokenizer_class(name: Any) -> bool:
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+    if not isinstance(name, str):
+        return False
+    # transformers 4 names fast classes BertTokenizerFast, transformers 5 drops the suffix: either spelling is known
+    return any(tokenizer_class_from_name(c) is not None for c in (name, name.removesuffix("Fast"), name + "Fast"))
+
+
+def check_folder(source: Union[str, Path]) -> None:
+    """UserError when the local folder `source` asks for code of its own or names weights outside itself; nothing
+    for a Hub name (transformers refuses its code under trust_remote_code=False)."""
+    folder = Path(source).expanduser()
+    if not folder.is_dir():
+        return
+    config, tokenizer_config = _json_object(folder / CONFIG), _json_object(folder / TOKENIZER_CONFIG)
+    for topic, name, settings in (("model", CONFIG, config), ("tokenizer", TOKENIZER_CONFIG, tokenizer_config)):
+        if settings is not None and "auto_map" in settings:
+            raise UserError(
+                topic,
+                f"{folder / name} has an auto_map: it asks to run Python code from the folder, and {_NO_CODE}; "
+                "delete auto_map from it or use a model that transformers loads as it is",
+            )
+    if config is not None and "model_type" in config and not _known_model_type(config["model_type"]):
+        raise UserError(
+            "model",
+            f"{folder / CONFIG} has model_type {config['model_type']!r}, which transformers does not know: it would "
+            f"need code from the folder, and {_NO_CODE}; use a model of a type transformers knows (bert, roberta, ...)",
+        )
+    name = (tokenizer_config or {}).get("tokenizer_class")
+    if name is not None and not _known_tokenizer_class(name):
+        raise UserError(
+            "tokenizer",
+            f"{folder / TOKENIZER_CONFIG} has tokenizer_class {name!r}, which transformers does not know: it would "
+            f"need code from the folder, and {_NO_CODE}; set tokenizer_class to a transformers class "
+            "(e.g. BertTokenizerFast) or use another tokenizer",
+        )
+    for index in _INDEXES:
+        weight_map(folder, index)
+
+
+def from_pretrained(loader: Callable[..., Any], source: Union[str, Path], **kwargs: Any) -> Any:
+    """`loader.from_pretrained(source, **kwargs)` (a transformers class: AutoConfig, AutoTokenizer, a model) with no
+    code of the folder's ever run: `check_folder` first, and trust_remote_code=False for what it cannot see."""
+    check_folder(source)
+    return loader.from_pretrained(str(source), trust_remote_code=False, **kwargs)
+
+
+def _shards_root(folder: Path) -> Path:
+    """What a shard of `folder` may resolve into: the folder, or for a Hub cache snapshot (whose files link to the
+    repository's blobs) that repository's cache folder."""
+    resolved = folder.resolve()
+    if resolved.parent.name == "snapshots" and resolved.parent.parent.name.startswith("models--"):
+        return resolved.parent.parent
+    return resolved
+
+
+def weight_map(folder: Path, index_name: str = WEIGHTS_INDEX) -> dict[str, str]:
+    """Tensor name -> shard file of a sharded folder's index (none: {}), after checking every shard it names lies
+    inside the folder (no absolute path, no `..`, no link out of it); UserError otherwise."""
+    folder = Path(folder)
+    index = folder / index_name
+    if not index.is_file():
+        return {}
+    mapping = (_json_object(index) or {}).get("weight_map")
+    if not isinstance(mapping, dict) or not all(isinstance(v, str) and isinstance(k, str) for k, v in mapping.items()):
+        raise UserError("model", f"{index} has no weight_map of tensor names to shard files; copy the model again")
+    root = _shards_root(folder)
+    for shard in sorted(set(mapping.values())):
+        path = PurePath(shard)
+        escapes = path.is_absolute() or ".." in path.parts or not path.parts  # by its name, or by a link below
+        if escapes or not (folder / path).resolve().is_relative_to(root):
+            raise UserError(
+                "model",
+                f"{index} names the shard {shard!r}, outside {folder}; an index may name files in its own folder "
+                "only: fix the index or use another model",
+            )
+    return mapping
+
+
+# The keys mlmtrain reads of a model's config.json by the name transformers gives them, and the kind each must be;
+# a model type's config.json must hold the size keys its config class writes (its own names: DistilBERT's `dim`).
+_POSITIVE = "a positive whole number"
+_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+_SIZES += ("max_position_embeddings",)
+_OPTIONAL = {
+    "hidden_dropout_prob": "a number in [0, 1)",
+    "attention_probs_dropout_prob": "a number in [0, 1)",
+    "initializer_range": "a number >= 0",
+    "is_decoder": "true or false",
+    "is_encoder_decoder": "true or false",
+    "architectures": "a list of class names",
+}
+
+
+def _fits(value: Any, kind: str) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return {
+        _POSITIVE: isinstance(value, int) and not isinstance(value, bool) and value > 0,
+        "a number in [0, 1)": number and 0 <= value < 1,
+        "a number >= 0": number and value >= 0,
+        "true or false": isinstance(value, bool),
+        "a list of class names": isinstance(value, list) and all(isinstance(item, str) for item in value),
+    }[kind]
+
+
+@functools.cache
+def _json_names(model_type: str) -> dict[str, str]:
+    """{transformers attribute: its config.json key} of the keys mlmtrain reads that `model_type` writes; only the
+    optional ones for a type with no masked-LM head, which the commands refuse for that reason."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    config_class = CONFIG_MAPPING[model_type]
+    try:
+        written = config_class().to_dict() if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES else {}
+    except Exception:  # a composite config (encoder-decoder) builds no default: none of its keys is required
+        written = {}
+    names = {key: config_class.attribute_map.get(key, key) for key in (*_SIZES, *_OPTIONAL)}
+    return {key: name for key, name in names.items() if name in written or key in _OPTIONAL}
+
+
+def model_config(
+    folder: Union[str, Path], topic: str = "model", fix: str = "pass a folder written by save_pretrained"
+) -> dict[str, Any]:
+    """The config.json of the model folder `folder`, after `check_folder` and a check of every key mlmtrain reads
+    (its type, and that hidden_size divides by num_attention_heads): a UserError naming the file and the key
+    otherwise, with `fix` for a file that is no JSON object."""
+    folder = Path(folder).expanduser()
+    check_folder(folder)
+    path = folder / CONFIG
+    config = _json_object(path)
+    if config is None:
+        raise UserError(topic, f"{path} is missing or damaged (not a JSON object); {fix}")
+    if "model_type" not in config:
+        raise UserError(topic, f"{path} has no model_type; {fix}")
+    for key, name in _json_names(config["model_type"]).items():
+        kind = _OPTIONAL.get(key, _POSITIVE)
+        if name not in config and kind == _POSITIVE:
+            raise UserError(topic, f"{path} has no {name}; {fix}")
+        if name in config and not _fits(config[name], kind):
+            raise UserError(topic, f"{path}: {name} must be {kind} (got {json.dumps(config[name])}); {fix}")
+    names = _json_names(config["model_type"])
+    if "hidden_size" in names and "num_attention_heads" in names:
+        hidden, heads = config[names["hidden_size"]], config[names["num_attention_heads"]]
+        if hidden % heads:
+            raise UserError(
+                topic,
+                f"{path} is inconsistent: hidden_size {hidden} is not a multiple of num_attention_heads {heads}, so "
+                "the folder is not a valid model; restore its config.json or use another model",
+            )
+    return config
