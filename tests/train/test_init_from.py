@@ -152,12 +152,13 @@ def test_continued_run_starts_at_the_bases_perplexity_learns_and_keeps_its_token
     assert tokenizer_fingerprint(AutoTokenizer.from_pretrained(str(final))) == tokenizer_fingerprint(
         AutoTokenizer.from_pretrained(str(base))
     )
-    saved = load_config(final / "mlmtrain.yaml")
+    saved = load_config(final / "mlmtrain.yaml")  # a checkpoint names its base; the run's own file keeps the path
     assert (saved.model.hidden_size, saved.model.max_position_embeddings, saved.model.init_from) == (
         32,
         POSITIONS,
-        str(base),
+        base.name,
     )
+    assert load_config(tmp_path / "run" / "mlmtrain.yaml").model.init_from == str(base)
     assert json.loads((final / "config.json").read_text())["vocab_size"] == len(base_tokenizer())
     # the report's budget check does not judge a run that continues a pretrained model
     capsys.readouterr()
