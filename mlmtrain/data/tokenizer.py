@@ -318,6 +318,18 @@ def tokenizer_record(folder: Path) -> Optional[dict]:
         return None
 
 
+def text_encoder(tokenizer: transformers.PreTrainedTokenizerBase) -> tokenizers.Tokenizer:
+    """A copy of the tokenizer's Rust backend that encodes documents as text: `[MASK]` or `[SEP]` written in a corpus
+    are characters like any others (`[`, `mask`, `]`), never a special token's id, which only mlmtrain puts in a block
+    ([CLS], the [SEP] after each document, the masks it draws). No truncation or padding, whatever tokenizer.json
+    says. A copy, so the tokenizer itself still reads a user's [MASK] in fill-mask and mask-demo as the mask."""
+    backend = tokenizers.Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.encode_special_tokens = True
+    backend.no_truncation()
+    backend.no_padding()
+    return backend
+
+
 def is_tokenizer_folder(folder: Path) -> bool:
     """True when `folder` holds a tokenizer_config.json and tokenizer.json or vocab.txt."""
     folder = Path(folder)
