@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import glob
 import math
 import re
 import types
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, ClassVar, Literal, Union
 
 import yaml
@@ -907,11 +908,13 @@ def stated_settings(
 SAVED_CONFIG_HEADER = "# The resolved config of this output, written by mlmtrain.\n"
 
 
-def save_config(config: Config, folder: Union[str, Path], name: str = "mlmtrain.yaml") -> Path:
-    """Write the resolved config beside an output, so the output says how it was made."""
+def save_config(config: Config, folder: Union[str, Path], name: str = "mlmtrain.yaml", published: bool = False) -> Path:
+    """Write the resolved config beside an output, so the output says how it was made; `published` (a checkpoint,
+    which is shared) names files and folders without the paths of this machine (`published_settings`)."""
     target = Path(folder) / name
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(SAVED_CONFIG_HEADER + config.to_yaml(), encoding="utf-8")
+    text = published_yaml(config) if published else config.to_yaml()
+    target.write_text(SAVED_CONFIG_HEADER + text, encoding="utf-8")
     return target
 
 
@@ -943,3 +946,72 @@ def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+# ---------------------------------------------------------------------------------------------
+# What a checkpoint publishes: files and folders by their names, never the paths of the machine that trained it
+
+# the keys that may name a local file, folder or glob; True for those that may name a Hub repository instead
+PATH_KEYS = {
+    "data.train": False,
+    "data.validation": False,
+    "data.store": False,
+    "tokenizer.path": False,
+    "tokenizer.pretrained": True,
+    "model.init_from": True,
+    "train.run_dir": False,
+    "probe.task": False,
+}
+_NAMED_SOURCES = ("builtin:", "hf:")  # sources named by mlmtrain or the Hub, not by a path
+
+
+def looks_like_path(name: str) -> bool:
+    # Hub ids are NAME or ORG/NAME; anything else that is not on disk is a mistyped local path.
+    return name.startswith((".", "/", "~", "\\")) or name.count("/") > 1 or "\\" in name
+
+
+def names_hub_repository(name: str) -> bool:
+    """True when a value that may name a folder or a Hub repository (model.init_from, tokenizer.pretrained) names
+    a Hub repository id: NAME or ORG/NAME, not on disk here."""
+    return not (Path(name).expanduser().exists() or looks_like_path(name))
+
+
+def local_name(path: str) -> str:
+    """A local path by the name of its file or folder; a glob keeps its folder's name too (`books/*.txt`), since
+    the pattern alone names nothing."""
+    pure = PurePath(path)
+    name = pure.name or path
+    return f"{pure.parent.name}/{name}" if glob.has_magic(name) and pure.parent.name else name
+
+
+def published_value(key: str, value: Any, hub: Union[bool, None] = None) -> Any:
+    """`value` of config key `key` as a published config holds it: a local path by its name (`local_name`);
+    `builtin:`, `hf:` sources and Hub ids unchanged. `hub` False takes a value as local whether on disk or not."""
+    if key not in PATH_KEYS or value is None:
+        return value
+    if isinstance(value, list):
+        return [published_value(key, entry, hub) for entry in value]
+    if not isinstance(value, str) or value.startswith(_NAMED_SOURCES):
+        return value
+    on_hub = PATH_KEYS[key] and (names_hub_repository(value) if hub is None else hub)
+    return value if on_hub else local_name(value)
+
+
+def records_setting(key: str, saved: Any, value: Any) -> bool:
+    """True when `saved`, from a checkpoint's mlmtrain.yaml, records `value` of config key `key`: as given (an
+    older mlmtrain saved paths) or by name, whether or not the folder it names is still there."""
+    return saved in (value, published_value(key, value), published_value(key, value, hub=False))
+
+
+def published_settings(config: Config) -> dict[str, Any]:
+    """`config.to_dict()` with every local path by its name (`published_value`): what a checkpoint holds."""
+    tree = config.to_dict()
+    for dotted in PATH_KEYS:
+        section, key = dotted.split(".")
+        if section in tree:
+            tree[section][key] = published_value(dotted, tree[section][key])
+    return tree
+
+
+def published_yaml(config: Config) -> str:
+    return yaml.safe_dump(published_settings(config), sort_keys=False)

@@ -4,6 +4,10 @@ Only what a user of the model needs goes: the weights and config.json, the token
 (README.md) and mlmtrain.yaml (the resolved config the card shows too), in the folder and in any model subfolder
 (an ELECTRA run's `generator/`). Never the training state (optimizer moments, RNG states: twice the model's size
 and of no use to anyone but a resumed run), checkpoint.json or the COMPLETE marker.
+
+What `--dry-run` lists is what a push uploads: the same checks refuse the same folders. A folder that holds a link is
+refused (a link's target may lie anywhere and change before the upload), and so is a checkpoint whose mlmtrain.yaml
+names a path of this machine (an older mlmtrain's): mlmtrain publishes files and folders by name only.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ def check_push_folder(folder: Path) -> Path:
         raise UserError("push", f"{folder} is a run folder; pass one of its checkpoints: {folder}/checkpoints/latest")
     if any((resolved / mark).exists() for mark in _UNFINISHED_MARKS) and not (resolved / "COMPLETE").exists():
         raise UserError("push", f"{folder} is an unfinished checkpoint (no COMPLETE marker); push a complete one")
+    _refuse_links(folder, resolved)
     if not (resolved / "config.json").is_file():
         raise UserError("push", f"{folder} has no config.json; it is not a model folder")
     if not (resolved / "model.safetensors").is_file() and not (resolved / "model.safetensors.index.json").is_file():
@@ -72,7 +77,44 @@ def check_push_folder(folder: Path) -> Path:
         )
     if not (resolved / "tokenizer_config.json").is_file():
         raise UserError("push", f"{folder} has no tokenizer (tokenizer_config.json); the model would not load alone")
+    _refuse_local_paths(folder, resolved)
     return resolved
+
+
+def _refuse_links(folder: Path, resolved: Path) -> None:
+    """UserError naming the first link in the folder: push uploads plain files only, so that what it lists is what
+    goes (the folder itself may be a link, as `checkpoints/latest` is: its target is what is read)."""
+    for path in sorted(resolved.rglob("*")):  # rglob lists a linked folder but does not enter it
+        if path.is_symlink():
+            name = path.relative_to(resolved).as_posix()
+            raise UserError(
+                "push",
+                f"{folder}/{name} is a link (to {os.readlink(path)}); push uploads plain files only: copy the folder "
+                f"with its links resolved (cp -rL {folder} COPY) and push the copy",
+            )
+
+
+def _refuse_local_paths(folder: Path, resolved: Path) -> None:
+    """UserError when the folder's mlmtrain.yaml names a file or folder by its path on this machine (an older
+    mlmtrain wrote paths there and in the model card; this one writes names)."""
+    from mlmtrain.config import PATH_KEYS, published_value, read_yaml
+
+    if not (resolved / "mlmtrain.yaml").is_file():
+        return
+    try:
+        saved = read_yaml(resolved / "mlmtrain.yaml")
+    except UserError:  # not a config: it names no key
+        return
+    for dotted in PATH_KEYS:
+        section, key = dotted.split(".")
+        value = saved[section].get(key) if isinstance(saved.get(section), dict) else None
+        if published_value(dotted, value) != value:
+            raise UserError(
+                "push",
+                f"{folder}/mlmtrain.yaml names a path of this machine ({dotted}: {value}), as an older mlmtrain "
+                f"wrote it; replace each path there and in README.md by its name "
+                f"({published_value(dotted, value)}), then push again",
+            )
 
 
 def _check_repo_name(repo: str) -> None:
@@ -102,7 +144,7 @@ def run_push_command(checkpoint: Path, repo: str, private: bool, dry_run: bool) 
     if dry_run:
         print("\n".join(files), flush=True)
         print(
-            f"push --dry-run: {len(files)} files ({_size(total)}) would go to {repo}"
+            f"push --dry-run: {len(files)} files ({_size(total)}) of {folder} would go to {repo}"
             + (" (private)" if private else "")
             + (f"; left out: {', '.join(left_out)}" if left_out else ""),
             file=sys.stderr,

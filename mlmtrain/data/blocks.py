@@ -178,10 +178,10 @@ class LiveMicroBatches(IterableDataset):
         self.num_workers, self.start = max(num_workers, 1), start
 
     def _blocks(self, shard: int, shards: int, epoch: int) -> Iterator[np.ndarray]:
-        from mlmtrain.data.tokenizer import load_tokenizer
+        from mlmtrain.data.tokenizer import load_tokenizer, text_encoder
 
         roles = load_tokenizer(self.tokenizer_dir)  # special tokens by role: [CLS]/[SEP], <s>/</s>, ...
-        cls_id, sep_id, tokenizer = roles.cls_token_id, roles.sep_token_id, roles.backend_tokenizer
+        cls_id, sep_id, tokenizer = roles.cls_token_id, roles.sep_token_id, text_encoder(roles)
         texts = self.corpus.iter_shard(shard, shards)
         encoded = (
             [e.ids for e in tokenizer.encode_batch(batch, add_special_tokens=False)]

@@ -27,7 +27,7 @@ from mlmtrain.runtime.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.runtime.files import building, check_replaceable, replace_folder
 from mlmtrain.runtime.progress import progress_bar, say
 
-STORE_FORMAT = 1
+STORE_FORMAT = 2  # 2: special tokens written in a document are encoded as its text (1 gave them their ids)
 COMPLETE = "COMPLETE"
 SPLITS = ("train", "validation")
 SHARD_TOKENS = 1 << 28  # 256 Mi tokens a shard: 512 MB as uint16, small enough to copy, large enough to be few
@@ -109,9 +109,12 @@ def encode_split(
     corpus: Iterable[str], tokenizer: Any, folder: Path, split: str, *, count_words: bool, progress: Any = None
 ) -> SplitStats:
     """Encode every document of `corpus` into `folder` with a transformers fast tokenizer: no [CLS], the tokenizer's
-    separator ([SEP], `</s>`, ...) after each. Special tokens are taken by role, not by name."""
+    separator ([SEP], `</s>`, ...) after each. Special tokens are taken by role, not by name; written in the text,
+    they are text (`text_encoder`)."""
+    from mlmtrain.data.tokenizer import text_encoder
+
     sep_id, unk_id = tokenizer.sep_token_id, tokenizer.unk_token_id
-    tokenizer = tokenizer.backend_tokenizer  # the Rust tokenizer: batch encoding without per-call Python overhead
+    tokenizer = text_encoder(tokenizer)  # the Rust tokenizer: batch encoding without per-call Python overhead
     vocab_size = tokenizer.get_vocab_size()
     writer = _SplitWriter(folder, split, ids_dtype(vocab_size))
     started = time.perf_counter()

@@ -17,7 +17,7 @@ import tokenizers
 import transformers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from mlmtrain.config import TokenizerConfig
+from mlmtrain.config import TokenizerConfig, looks_like_path
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.runtime.files import replace_folder
 from mlmtrain.runtime.hub import hub_unreachable
@@ -323,15 +323,22 @@ def tokenizer_record(folder: Path) -> Optional[dict]:
         return None
 
 
+def text_encoder(tokenizer: transformers.PreTrainedTokenizerBase) -> tokenizers.Tokenizer:
+    """A copy of the tokenizer's Rust backend that encodes documents as text: `[MASK]` or `[SEP]` written in a corpus
+    are characters like any others (`[`, `mask`, `]`), never a special token's id, which only mlmtrain puts in a block
+    ([CLS], the [SEP] after each document, the masks it draws). No truncation or padding, whatever tokenizer.json
+    says. A copy, so the tokenizer itself still reads a user's [MASK] in fill-mask and mask-demo as the mask."""
+    backend = tokenizers.Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.encode_special_tokens = True
+    backend.no_truncation()
+    backend.no_padding()
+    return backend
+
+
 def is_tokenizer_folder(folder: Path) -> bool:
     """True when `folder` holds a tokenizer_config.json and tokenizer.json or vocab.txt."""
     folder = Path(folder)
     return (folder / _CONFIG_FILE).is_file() and any((folder / name).is_file() for name in _VOCAB_FILES)
-
-
-def looks_like_path(name: str) -> bool:
-    # Hub ids are NAME or ORG/NAME; anything else that is not on disk is a mistyped local path.
-    return name.startswith((".", "/", "~", "\\")) or name.count("/") > 1 or "\\" in name
 
 
 def load_tokenizer(name_or_folder: Union[str, Path]) -> transformers.PreTrainedTokenizerFast:

@@ -215,9 +215,12 @@ class PackedBlocks:
     with the model's own tokenizer. Counts documents and tokens as it goes."""
 
     def __init__(self, texts: Iterable[str], tokenizer: Any, seq_len: int) -> None:
+        from mlmtrain.data.tokenizer import text_encoder
+
         if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
             raise UserError("tokenizer", "the tokenizer has no [CLS] or no [SEP] token, which packed blocks need")
         self.texts, self.tokenizer, self.seq_len = texts, tokenizer, seq_len
+        self.encoder = text_encoder(tokenizer)  # as the token store encodes: [MASK] written in the text is text
         self.documents = 0
         self.tokens = 0
 
@@ -227,16 +230,7 @@ class PackedBlocks:
     def _encoded(self) -> Iterator[list[list[int]]]:
         documents = iter(self.texts)
         while batch := list(itertools.islice(documents, _ENCODE_DOCUMENTS)):
-            # truncation=False: some tokenizer.json files carry a 512-token truncation that would cut documents
-            encoded = self.tokenizer(
-                batch,
-                add_special_tokens=False,
-                truncation=False,
-                padding=False,
-                return_attention_mask=False,
-                return_token_type_ids=False,
-                verbose=False,
-            )["input_ids"]
+            encoded = [encoding.ids for encoding in self.encoder.encode_batch(batch, add_special_tokens=False)]
             self.documents += len(batch)
             self.tokens += sum(len(ids) + 1 for ids in encoded)
             yield encoded

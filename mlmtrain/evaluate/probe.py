@@ -119,7 +119,10 @@ class Encoded:
 
 
 def encode(task: Task, split: Split, tokenizer: Any, max_length: int) -> Encoded:
-    out = tokenizer(split.texts, split.pairs, truncation=True, max_length=max_length, padding=False)
+    # a task's text is text: [MASK] or [SEP] written in it are characters, as in the pretraining corpus
+    out = tokenizer(
+        split.texts, split.pairs, truncation=True, max_length=max_length, padding=False, split_special_tokens=True
+    )
     return Encoded(out["input_ids"], out.get("token_type_ids"), task.targets(split))
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 
-from mlmtrain.config import PAIR_OBJECTIVES, TRAINING_KEYS, Config, read_yaml, save_config
+from mlmtrain.config import PAIR_OBJECTIVES, TRAINING_KEYS, Config, read_yaml, records_setting, save_config
 from mlmtrain.data.tokenizer import TOKENIZER_FILES, load_tokenizer, save_tokenizer_files, tokenizer_fingerprint
 from mlmtrain.errors import UserError, first_line, loader_worker_died
 from mlmtrain.model.pooler import add_pooler
@@ -133,7 +133,7 @@ def save_checkpoint(
         for model_folder in model_folders:
             save_tokenizer_files(tokenizer, model_folder)
             add_pooler(model_folder, cfg.train.seed, pooler)  # AutoModel then loads no random pooler
-        save_config(cfg, staging)
+        save_config(cfg, staging, published=True)  # a checkpoint is shared: files by name, no paths
         write_model_card(staging, cfg, step, metrics or {}, state, run_dir)
         torch.save(state, staging / STATE_FILE)
         for model_folder in model_folders:  # a subfolder first, then the folder that holds its entry
@@ -602,7 +602,7 @@ def setting_changes(folder: Path, cfg: Config) -> list[str]:
         saved_section = saved.get(section)
         if not isinstance(saved_section, dict) or key not in saved_section or section not in wanted:
             continue  # an older mlmtrain's file without the key, or a section this objective lacks: nothing to compare
-        if saved_section[key] != wanted[section][key]:
+        if not records_setting(dotted, saved_section[key], wanted[section][key]):
             changes.append(f"{dotted}: {saved_section[key]} -> {wanted[section][key]}")
     return changes
 

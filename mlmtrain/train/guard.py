@@ -210,7 +210,7 @@ def check_before_start(cfg: Config, device: torch.device, resume_from: Optional[
             "checkpoint",
             f"resuming {resume_from} needs the tokenizer it was trained with, and these settings would extend the "
             f"base's tokenizer anew ({'; '.join(changed) or 'the tokenizer folder is missing'}); resume with that "
-            f"run's settings: --config {Path(resume_from) / 'mlmtrain.yaml'}",
+            f"run's settings: --config {Path(cfg.train.run_dir) / 'mlmtrain.yaml'}",
         )
     if planned is None:
         raise UserError(

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import torch
 
-from mlmtrain.config import Config, TokenizerConfig, read_yaml
+from mlmtrain.config import Config, TokenizerConfig, names_hub_repository, read_yaml, records_setting
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.runtime.hub import hub_unreachable
 from mlmtrain.runtime.model_folder import from_pretrained, model_config
@@ -41,17 +41,10 @@ def _refuse(message: str) -> UserError:
     return UserError("config", f"{KEY} {message}")
 
 
-def base_on_hub(name: str) -> bool:
-    """True when model.init_from `name` is a Hub repository id, False for a local folder (a path, or on disk)."""
-    from mlmtrain.data.tokenizer import looks_like_path
-
-    return not (Path(name).expanduser().exists() or looks_like_path(name))
-
-
 def base_folder(name: str) -> Path:
     """The local folder of the base: `name` itself, or its hub snapshot (downloaded, or from the cache offline)."""
     path = Path(name).expanduser()
-    if not base_on_hub(name):
+    if not names_hub_repository(name):
         if not path.is_dir():
             what = "is a file" if path.exists() else "does not exist"
             raise _refuse(f"{name} {what}; pass a model folder (config.json, weights, tokenizer) or a hub name")
@@ -118,14 +111,16 @@ def check_base(name: str) -> dict[str, Any]:
 def resumed_base(cfg: Config, resume_from: Optional[Path]) -> Optional[Path]:
     """The checkpoint that stands in for model.init_from's base when a run of that base resumes from it: its
     config.json has the base's shape, its tokenizer and pooler are the run's. None when there is no such resume,
-    or when the checkpoint's mlmtrain.yaml names another base or none (an older mlmtrain's): the base is read."""
+    or when the checkpoint's mlmtrain.yaml names another base (by its name: a checkpoint holds no paths) or none
+    (an older mlmtrain's): the base is read."""
     if not cfg.model.init_from or resume_from is None:
         return None
     try:
         saved = read_yaml(Path(resume_from) / "mlmtrain.yaml").get("model")
     except UserError:  # no such file, or a damaged one
         return None
-    return Path(resume_from) if isinstance(saved, dict) and saved.get("init_from") == cfg.model.init_from else None
+    names_base = isinstance(saved, dict) and records_setting(KEY, saved.get("init_from"), cfg.model.init_from)
+    return Path(resume_from) if names_base else None
 
 
 def _resumed_config(folder: Path, name: str) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The model card of a checkpoint (`README.md`): Hub metadata in YAML front matter (library, pipeline, license,
 datasets, language, tags, the base model a continued run started from), then the model's size, its tokenizer,
-the data, how far it trained, its last validation and probe scores, how to load it and the resolved config.
+the data, how far it trained, its last validation and probe scores, how to load it and the resolved config. Files
+and folders are named, never given by their paths on the machine that trained it (`published_value`).
 
 `save_checkpoint` writes it afresh at each save, from the figures it records in checkpoint.json and the run's
 metrics.jsonl. Like every file of a checkpoint it is listed in checkpoint.json with its size and time, so a card a
@@ -17,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from mlmtrain.config import Config
-from mlmtrain.train.init_from import ADDED_WORDS, added_words, base_on_hub
+from mlmtrain.config import Config, names_hub_repository, published_value, published_yaml
+from mlmtrain.train.init_from import ADDED_WORDS, added_words
 
 CARD = "README.md"
 # how the card names the validation and probe figures of metrics.jsonl (others keep their key)
@@ -122,7 +123,7 @@ def _front_matter(cfg: Config, model: dict[str, Any]) -> str:
         meta["datasets"] = datasets
     if languages := _languages(cfg):
         meta["language"] = languages
-    if cfg.model.init_from and base_on_hub(cfg.model.init_from):  # the Hub takes a repository id, never a path
+    if cfg.model.init_from and names_hub_repository(cfg.model.init_from):  # the Hub takes a repository id, never a path
         meta["base_model"] = cfg.model.init_from
     meta["tags"] = ["mlmtrain", "electra"] if electra else ["mlmtrain", "bert", "fill-mask"]
     return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n"
@@ -146,10 +147,9 @@ def _continued(cfg: Config) -> str:
     name = cfg.model.init_from
     if not name:
         return ""
-    if base_on_hub(name):
+    if names_hub_repository(name):
         return f" Continued from [`{name}`](https://huggingface.co/{name}) (`model.init_from`)."
-    local = Path(name).expanduser().name or name  # its folder's name: the rest of a path says nothing to a reader
-    return f" Continued from the local model `{local}` (`model.init_from`)."
+    return f" Continued from the local model `{published_value('model.init_from', name)}` (`model.init_from`)."
 
 
 def _parameters(folder: Path) -> int:
@@ -188,7 +188,7 @@ def _tokenizer_section(cfg: Config, folder: Path) -> str:
     except (OSError, ValueError, KeyError):
         return ""
     origin = (
-        f"reused from `{cfg.tokenizer.pretrained}`"
+        f"reused from `{published_value('tokenizer.pretrained', cfg.tokenizer.pretrained)}`"
         if cfg.tokenizer.pretrained
         else "trained by mlmtrain on the training data"
     )
@@ -206,18 +206,19 @@ def _tokenizer_section(cfg: Config, folder: Path) -> str:
     )
 
 
-def _sources(source: Any) -> str:
+def _sources(key: str, source: Any) -> str:
+    source = published_value(key, source)
     return ", ".join(f"`{entry}`" for entry in ([source] if isinstance(source, str) else source))
 
 
 def _data_section(cfg: Config) -> str:
     validation = (
-        _sources(cfg.data.validation)
+        _sources("data.validation", cfg.data.validation)
         if cfg.data.validation
         else f"{cfg.data.validation_fraction:.0%} of the training documents, held out"
     )
     return (
-        f"## Data\n\n- training: {_sources(cfg.data.train)}\n- validation: {validation}\n"
+        f"## Data\n\n- training: {_sources('data.train', cfg.data.train)}\n- validation: {validation}\n"
         f"- blocks of {cfg.data.seq_len} tokens, {'packed' if cfg.data.packing else 'one document each'}\n"
     )
 
@@ -277,4 +278,7 @@ def _loading_section(cfg: Config) -> str:
 
 
 def _config_section(cfg: Config) -> str:
-    return f"## Config\n\nThe resolved config of the run (also in `mlmtrain.yaml`):\n\n```yaml\n{cfg.to_yaml()}```\n"
+    return (
+        "## Config\n\nThe resolved config of the run (also in `mlmtrain.yaml`), its files and folders by name:\n\n"
+        f"```yaml\n{published_yaml(cfg)}```\n"
+    )

@@ -84,3 +84,53 @@ def test_a_tokenizer_without_a_separator_is_refused_in_one_line(tmp_path: Path) 
     folder = roberta_named_tokenizer(tmp_path / "no-sep", tmp_path / "train.txt", sep_token="")
     with pytest.raises(UserError, match=r"no sep token \(it closes blocks"):
         load_tokenizer(folder)
+
+
+LITERALS = ("[MASK]", "[SEP]", "[PAD]", "[CLS]", "[UNK]")
+
+
+def test_special_tokens_written_in_the_text_are_text_in_the_store_the_live_stream_and_evaluation(
+    tmp_path: Path,
+) -> None:
+    """A corpus that writes [MASK], [SEP], [PAD], [CLS] and [UNK]: they encode as the pieces of their characters,
+    the same in the token store, the live stream and eval-perplexity's blocks, so the only special ids are the ones
+    mlmtrain puts there ([SEP] closing each document, [CLS] opening each block); a user's [MASK] in mask-demo's
+    argument stays the mask."""
+    from mlmtrain.config import MaskingConfig
+    from mlmtrain.data.blocks import LiveMicroBatches, StoreBlocks, batch_layout
+    from mlmtrain.data.mask_demo import mask_demo
+    from mlmtrain.data.masking import MaskingCollator, VocabInfo
+    from mlmtrain.data.sources import Corpus
+    from mlmtrain.evaluate.perplexity import PackedBlocks
+
+    for split, documents, seed in (("train", 200, 21), ("valid", 40, 22)):
+        lines = write_corpus(tmp_path / f"{split}.txt", documents, seed=seed).read_text().splitlines()
+        written = [
+            f"{line} {LITERALS[i % 5]} and {LITERALS[(i + 2) % 5]}{LITERALS[i % 5]}" for i, line in enumerate(lines)
+        ]
+        (tmp_path / f"{split}.txt").write_text("\n".join(written) + "\n")
+    cfg = load_config(None, tiny_overrides(tmp_path, **{"train.run_dir": str(tmp_path / "run")}))
+    tokenize_corpus(cfg, quiet=True)
+    tokenizer = load_tokenizer(cfg.tokenizer_dir)
+    specials = {role: getattr(tokenizer, f"{role}_token_id") for role in ("mask", "sep", "pad", "cls", "unk")}
+    store = TokenStore(cfg.store_dir, "train")
+    stream = store.tokens(0, store.num_tokens)
+    for role, special in specials.items():
+        expected = store.num_documents if role == "sep" else 0
+        assert np.count_nonzero(stream == special) == expected, role
+    assert tokenizer.decode(store.document(0).tolist()).endswith(". [ mask ] and [ pad ] [ mask ]")
+
+    seq_len = cfg.data.seq_len
+    blocks = StoreBlocks(store, seq_len, True, specials["cls"], specials["sep"])
+    stored = [blocks[i] for i in range(len(blocks))]
+    evaluated = list(PackedBlocks(Corpus(cfg.data.train), tokenizer, seq_len))
+    assert [block.tolist() for block in evaluated] == [block.tolist() for block in stored]
+    collator = MaskingCollator(VocabInfo.from_tokenizer(tokenizer), MaskingConfig(), seed=0)
+    live = LiveMicroBatches(
+        Corpus(cfg.data.train), cfg.tokenizer_dir, collator, batch_layout(4, None, 1, 0), seq_len, 0, 16, 1
+    )
+    streamed = sorted(block.tolist() for block in live._blocks(0, 1, 0))
+    assert streamed == sorted(block.tolist() for block in stored)
+
+    demo = mask_demo("a [MASK] dog", tokenizer, MaskingConfig(), seed=0, seq_len=16)
+    assert demo.ids.count(specials["mask"]) == 1 and not demo.maskable[demo.ids.index(specials["mask"])]

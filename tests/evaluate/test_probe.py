@@ -340,6 +340,21 @@ def test_pair_task_with_text_a_and_text_b(untrained_folder: Path, tmp_path: Path
     assert 0 <= result.scores["accuracy"] <= 1
 
 
+def test_special_tokens_written_in_a_tasks_text_are_text(untrained_folder: Path, tmp_path: Path) -> None:
+    """[MASK], [SEP], [PAD] and [CLS] written in a pair task's texts encode as their characters, as in the
+    pretraining corpus: each example holds the one [CLS] and two [SEP] the tokenizer adds, no [MASK] or [PAD]."""
+    literals = ("[MASK]", "[SEP]", "[PAD]", "[CLS]")
+    for split in ("train", "test"):
+        rows = [{"text_a": f"apple {literals[i % 4]} pear", "text_b": f"{literals[i % 3]} rain", "label": i % 2}
+                for i in range(8)]  # fmt: skip
+        write_jsonl(tmp_path / "task" / f"{split}.jsonl", rows)
+    tokenizer = load_tokenizer(untrained_folder)
+    prepared = PreparedTask.build(load_task(str(tmp_path / "task"), TaskFields()), tokenizer, ProbeSettings())
+    for ids in prepared.train.input_ids + prepared.test.input_ids:
+        counts = [ids.count(getattr(tokenizer, f"{role}_token_id")) for role in ("cls", "sep", "mask", "pad")]
+        assert counts == [1, 2, 0, 0], tokenizer.convert_ids_to_tokens(ids)
+
+
 def test_csv_and_parquet_files_and_explicit_sources(untrained_folder: Path, topics: Path, tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -305,9 +305,10 @@ def _save_again(run_dir: Path, step: int, tiny_data: Path) -> Path:
 def test_a_card_the_user_edited_is_never_replaced(run: Path, tiny_data: Path, tmp_path: Path) -> None:
     copy = shutil.copytree(run, tmp_path / "run", symlinks=True)
     card = _step(copy, 4) / CARD
+    copied = card.stat().st_mtime_ns
     _save_again(copy, 4, tiny_data)  # mlmtrain's own card: written afresh
     before = card.read_text()
-    assert f"run_dir: {copy}\n" in before
+    assert card.stat().st_mtime_ns != copied and "run_dir: run\n" in before
     card.write_text(before.replace("A 2-layer", "My notes: a 2-layer"))
     with pytest.raises(UserError, match=r"holds files mlmtrain did not write \(README.md changed since saved\)"):
         _save_again(copy, 4, tiny_data)
@@ -401,7 +402,8 @@ def test_push_reaches_the_hub_call_and_its_refusal_is_one_line(run: Path, capsys
     assert "POST /api/repos/create" in denying_hub
 
 
-def test_push_commits_exactly_the_dry_run_files(run: Path, capsys, fake_token, monkeypatch) -> None:
+def _fake_hub(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """HfApi's repository and commit calls answered here, never by a host: what a real push would commit."""
     from huggingface_hub import HfApi, RepoUrl
 
     calls: dict = {}
@@ -413,12 +415,18 @@ def test_push_commits_exactly_the_dry_run_files(run: Path, capsys, fake_token, m
 
     def create_commit(self, repo_id: str, operations: list, **kwargs: object) -> None:
         calls["files"] = [operation.path_in_repo for operation in operations]
+        calls["contents"] = [Path(operation.path_or_fileobj).read_bytes() for operation in operations]
 
     monkeypatch.setattr(HfApi, "create_repo", create_repo)
     monkeypatch.setattr(HfApi, "create_commit", create_commit)
+    return calls
+
+
+def test_push_commits_exactly_the_dry_run_files(run: Path, capsys, fake_token, monkeypatch) -> None:
+    calls = _fake_hub(monkeypatch)
     code, _, err = _push(capsys, str(run / "checkpoints" / "latest"), "--repo", "tiny", "--private")
     assert code == 0, err
-    assert calls == {"repo": ("tiny", True), "files": MLM_FILES}
+    assert (calls["repo"], calls["files"]) == (("tiny", True), MLM_FILES)
 
 
 def test_push_refuses_what_is_not_a_finished_model_folder(run: Path, capsys, tmp_path: Path) -> None:
@@ -433,3 +441,82 @@ def test_push_refuses_what_is_not_a_finished_model_folder(run: Path, capsys, tmp
         assert (code, out, err.count("\n")) == (2, "", 1) and needle in err, err
     code, _, err = _push(capsys, str(_step(run, 4)), "--repo", "not a name", "--dry-run")
     assert code == 2 and "not a Hub repository name" in err
+
+
+def test_a_checkpoint_holds_no_path_of_this_machine_and_a_resume_still_reads_it(
+    tiny_data: Path, tmp_path: Path, capsys, fake_token, monkeypatch
+) -> None:
+    """A run of a local base whose files and folders all lie under tmp_path (the corpus by a glob): no file of its
+    checkpoints, nor anything push commits, holds a path of this machine; mlmtrain.yaml and the card name them.
+    --resume with the run's mlmtrain.yaml, the base moved away, still finds the base in the checkpoint by name and
+    notes no changed setting."""
+    from ..conftest import copy_corpus
+    from .test_init_from import continue_options, write_base
+    from .test_reliability import run_cli
+
+    corpus = copy_corpus(tiny_data, tmp_path)
+    base = write_base(tmp_path / "models" / "tiny-bert")
+    common = {"data.train": str(corpus / "train*.txt"), "train.max_steps": 4, "train.eval_every": 2}
+    assert pretrain(load_config(None, continue_options(corpus, base, tmp_path, **common, **{"train.pause_after": 2})))
+    base.rename(base.with_name("moved-away"))
+    run = tmp_path / "run"
+    code, lines = run_cli(capsys, "pretrain", "--config", str(run / "mlmtrain.yaml"), "--resume", "auto")
+    assert code == 0 and not [line for line in lines if line.startswith("note:")], lines
+    paths = {str(tmp_path).encode(), str(tmp_path.resolve()).encode()}
+    for step in (2, 4):
+        for path in _step(run, step).rglob("*"):
+            assert not any(p in path.read_bytes() for p in paths), path
+    saved = yaml.safe_load((_step(run, 4) / "mlmtrain.yaml").read_text())
+    assert saved["data"]["train"] == "data/train*.txt" and saved["model"]["init_from"] == "tiny-bert"
+    assert (saved["tokenizer"]["path"], saved["data"]["store"], saved["train"]["run_dir"]) == (
+        "tokenizer",
+        "tokens",
+        "run",
+    )
+    assert "- training: `data/train*.txt`\n" in (_step(run, 4) / CARD).read_text()
+    calls = _fake_hub(monkeypatch)
+    code, _, err = _push(capsys, str(run / "checkpoints" / "latest"), "--repo", "tiny")
+    assert code == 0 and calls["files"] == MLM_FILES, err
+    assert not any(p in content for p in paths for content in calls["contents"])
+
+
+def test_push_refuses_a_checkpoint_whose_config_names_a_path(run: Path, capsys, tmp_path: Path) -> None:
+    """An older mlmtrain wrote paths into a checkpoint's mlmtrain.yaml (and card): push refuses it in one line."""
+    older = shutil.copytree(_step(run, 4), tmp_path / "step-4")
+    saved = yaml.safe_load((older / "mlmtrain.yaml").read_text())
+    saved["data"]["train"] = str(tmp_path / "corpus" / "train.txt")
+    (older / "mlmtrain.yaml").write_text(yaml.safe_dump(saved))
+    code, out, err = _push(capsys, str(older), "--repo", "someone/tiny", "--dry-run")
+    assert (code, out, err.count("\n")) == (2, "", 1)
+    assert f"names a path of this machine (data.train: {tmp_path}/corpus/train.txt)" in err and "(train.txt)" in err
+
+
+@pytest.mark.parametrize("link", ["config.json", "README.md", "generator"])
+def test_push_and_its_dry_run_refuse_a_folder_holding_a_link_alike(
+    link: str, run: Path, capsys, fake_token, monkeypatch, tmp_path: Path
+) -> None:
+    """A link in the folder (to a file of its own, to a file outside it, to a folder): the dry run and the push
+    refuse it in the same line, naming the link and `cp -rL`, and nothing is committed. The folder named may be a
+    link itself (as checkpoints/latest is): the dry run lists exactly what the push commits."""
+    calls = _fake_hub(monkeypatch)
+    folder = shutil.copytree(_step(run, 4), tmp_path / "copy")
+    mine = tmp_path / "mine"
+    mine.symlink_to(folder)
+    code, out, _ = _push(capsys, str(mine), "--repo", "tiny", "--dry-run")
+    assert code == 0 and out.splitlines() == MLM_FILES
+    assert _push(capsys, str(mine), "--repo", "tiny")[0] == 0 and calls.pop("files") == MLM_FILES
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    if link == "config.json":
+        (folder / "config.json").rename(folder / "model-config.json")
+        (folder / "config.json").symlink_to("model-config.json")
+    elif link == "README.md":
+        (folder / "README.md").rename(outside / "README.md")
+        (folder / "README.md").symlink_to(outside / "README.md")
+    else:
+        (folder / "generator").symlink_to(outside)
+    answers = [_push(capsys, str(mine), "--repo", "tiny", *dry) for dry in (["--dry-run"], [])]
+    for code, out, err in answers:
+        assert (code, out, err.count("\n")) == (2, "", 1), err
+        assert f"{mine}/{link} is a link" in err and "cp -rL" in err
+    assert answers[0][2] == answers[1][2] and "files" not in calls
