@@ -19,6 +19,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from mlmtrain.readers import read_json
+
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
 POOLER_SHARD = "model-pooler.safetensors"  # where a sharded folder's pooler goes (listed in its index)
@@ -43,7 +45,7 @@ def _base_pooler(config: Any) -> Optional[tuple[str, dict[str, torch.Size]]]:
 def _weight_map(folder: Path) -> dict[str, str]:
     """Tensor name -> shard file of a sharded folder's index; {} for a folder with one weights file."""
     index = folder / WEIGHTS_INDEX
-    return json.loads(index.read_text(encoding="utf-8"))["weight_map"] if index.is_file() else {}
+    return read_json(index)["weight_map"] if index.is_file() else {}
 
 
 def _saved_names(folder: Path) -> list[str]:
@@ -137,7 +139,7 @@ def _write_tensors(folder: Path, added: dict[str, torch.Tensor]) -> None:
     """Add tensors to a folder's safetensors weights: into model.safetensors, or a shard of their own in the index."""
     index_file = folder / WEIGHTS_INDEX
     if index_file.is_file():
-        index = json.loads(index_file.read_text(encoding="utf-8"))
+        index = read_json(index_file)
         _replace_file(folder / POOLER_SHARD, added, {"format": "pt"})
         index["weight_map"].update(dict.fromkeys(added, POOLER_SHARD))
         _replace_text(index_file, json.dumps(index, indent=2, sort_keys=True) + "\n")

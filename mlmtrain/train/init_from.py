@@ -10,7 +10,6 @@ set to another value is refused, dropout keys may be set. Optimizer and schedule
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,6 +17,7 @@ import torch
 
 from mlmtrain.config import Config, ModelConfig, TokenizerConfig, read_yaml
 from mlmtrain.errors import UserError, first_line
+from mlmtrain.readers import read_json, read_saved_yaml
 from mlmtrain.runtime.hub import hub_unreachable
 
 KEY = "model.init_from"
@@ -85,7 +85,7 @@ def _hub_snapshot(name: str) -> Path:
 
 def _base_config(folder: Path, name: str) -> dict[str, Any]:
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        config = read_json(folder / "config.json")
     except (OSError, ValueError):
         config = None
     if not isinstance(config, dict):
@@ -122,10 +122,7 @@ def resumed_base(cfg: Config, resume_from: Optional[Path]) -> Optional[Path]:
     or when the checkpoint's mlmtrain.yaml names another base or none (an older mlmtrain's): the base is read."""
     if not cfg.model.init_from or resume_from is None:
         return None
-    try:
-        saved = read_yaml(Path(resume_from) / "mlmtrain.yaml").get("model")
-    except UserError:  # no such file, or a damaged one
-        return None
+    saved = (read_saved_yaml(Path(resume_from) / "mlmtrain.yaml") or {}).get("model")  # None: no file, or damaged
     return Path(resume_from) if isinstance(saved, dict) and saved.get("init_from") == cfg.model.init_from else None
 
 
@@ -317,16 +314,14 @@ def add_word_rows(model: Any, cfg: Config) -> None:
 
 def _trained_seq_len(folder: Path) -> Optional[int]:
     """data.seq_len of the mlmtrain.yaml beside a model (None: no such file, or not one mlmtrain wrote)."""
-    try:
-        value = (read_yaml(folder / "mlmtrain.yaml").get("data") or {}).get("seq_len")
-    except UserError:
-        return None
+    data = (read_saved_yaml(folder / "mlmtrain.yaml") or {}).get("data")
+    value = data.get("seq_len") if isinstance(data, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _positions(folder: Path) -> Optional[int]:
     try:
-        value = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+        value = read_json(folder / "config.json").get("max_position_embeddings")
     except (OSError, ValueError, AttributeError):
         return None
     return value if isinstance(value, int) else None
