@@ -19,7 +19,8 @@ from typing import Any, ClassVar, Literal, Union
 
 import yaml
 
-from mlmtrain.errors import UserError
+from mlmtrain.errors import UserError, first_line, shown
+from mlmtrain.readers import load_yaml_text
 
 Source = Union[str, list[str]]
 
@@ -294,7 +295,7 @@ def parse_duration(value: Union[str, float, int, None], key: str = "train.max_ti
         return None if value is None else float(value)
     match = _DURATION.match(str(value))
     if not match:
-        raise UserError("config", f"{key} must be seconds or a duration like '30m' or '2h' (got {value!r})")
+        raise UserError("config", f"{key} must be seconds or a duration like '30m' or '2h' (got {shown(value)})")
     return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
 
 
@@ -380,7 +381,7 @@ class TrainConfig:
         _check(
             bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device)),
             "train.device",
-            f"must be auto, cpu, cuda or cuda:N (got {self.device!r})",
+            f"must be auto, cpu, cuda or cuda:N (got {shown(self.device)})",
         )
         _check(self.log_every >= 1, "train.log_every", "must be >= 1")
         _check(self.eval_every >= 0, "train.eval_every", "must be >= 0")
@@ -435,14 +436,14 @@ class CheckpointConfig:
         _check(
             bool(re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", self.license)),
             "checkpoint.license",
-            f"must be a Hub license identifier such as apache-2.0 or mit (got {self.license!r})",
+            f"must be a Hub license identifier such as apache-2.0 or mit (got {shown(self.license)})",
         )
         languages = [self.language] if isinstance(self.language, str) else self.language or []
         for language in languages:
             _check(
                 bool(re.fullmatch(r"[a-z]{2,3}(-[A-Za-z0-9]+)*", language)),
                 "checkpoint.language",
-                f"must be language codes such as en or [en, de] (got {language!r})",
+                f"must be language codes such as en or [en, de] (got {shown(language)})",
             )
 
 
@@ -663,55 +664,6 @@ def _yaml_error(path: str, error: yaml.YAMLError) -> UserError:
     return UserError("config", f"{path}: malformed YAML{where}: {problem}; fix the syntax there")
 
 
-def _refuse_duplicate_keys(
-    node: yaml.Node, parents: list[str], name: str, open_nodes: set[int], done: set[int]
-) -> None:
-    """UserError for a key given twice in one mapping: plain YAML keeps the last one silently, so a second
-    `optim:` section would reset every key the first one set. Also for a node that holds itself through an alias
-    (`data: &a [*a]`): no config value can be infinite, and walking it would never end.
-
-    `open_nodes` are the ids of the nodes being walked (the path here); `done` those already walked, which an
-    alias may name again: each is walked once, so aliases of aliases cannot multiply the work.
-    """
-    if id(node) in open_nodes:
-        where = f"'{'.'.join(parents)}'" if parents else "the value"
-        raise UserError(
-            "config",
-            f"{name}: {where} contains itself (a recursive alias to the node at line {node.start_mark.line + 1}); "
-            "write the value out instead of the alias",
-        )
-    if id(node) in done or not isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
-        return
-    open_nodes.add(id(node))
-    if isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            _refuse_duplicate_keys(item, parents, name, open_nodes, done)
-    else:
-        seen: dict[str, int] = {}
-        for key_node, value_node in node.value:
-            key, line = str(key_node.value), key_node.start_mark.line + 1
-            if key in seen:
-                where = ".".join([*parents, key])
-                raise UserError("config", f"{name}: '{where}' appears twice (lines {seen[key]} and {line}); keep one")
-            seen[key] = line
-            _refuse_duplicate_keys(value_node, [*parents, key], name, open_nodes, done)
-    open_nodes.discard(id(node))
-    done.add(id(node))
-
-
-def load_yaml_text(text: str, name: str) -> Any:
-    """yaml.safe_load that refuses duplicate keys and recursive aliases (`name` says where the text came from)."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _refuse_duplicate_keys(node, [], name, set(), set())
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
 def read_yaml(path: Union[str, Path]) -> dict[str, Any]:
     """The mapping in a YAML config file; a clear UserError for a missing or malformed file."""
     path = Path(path)
@@ -724,7 +676,7 @@ def read_yaml(path: Union[str, Path]) -> dict[str, Any]:
     except yaml.YAMLError as error:
         raise _yaml_error(str(path), error) from None
     except (OSError, UnicodeDecodeError) as error:
-        raise UserError("config", f"cannot read {path}: {error}") from None
+        raise UserError("config", f"cannot read {path}: {first_line(error)}") from None
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
@@ -765,7 +717,7 @@ def set_value(tree: dict[str, Any], dotted: str, value: Any) -> None:
         tree[parts[0]] = {}
     section = tree[parts[0]]
     if not isinstance(section, dict):
-        raise UserError("config", f"{parts[0]} must be a mapping of keys, not {section!r}")
+        raise UserError("config", f"{parts[0]} must be a mapping of keys, not {shown(section)}")
     section[parts[1]] = value
 
 
@@ -833,16 +785,18 @@ def _has_nonfinite(value: Any) -> bool:
     return isinstance(value, float) and not math.isfinite(value)
 
 
-def _shown(value: Any) -> str:
-    text = str(value)
-    return text if len(text) <= 40 else f"{text[:12]}... ({len(text)} characters)"
+def _got(value: Any) -> str:
+    """What a wrong value was, for a message: a boolean says how YAML made it one (`yes` is true)."""
+    if isinstance(value, bool):
+        return f"{str(value).lower()}: YAML reads true/false, yes/no and on/off as booleans"
+    return shown(value)
 
 
 def _build_section(name: str, cls: type, values: Any) -> Any:
     if values is None:
         values = {}
     if not isinstance(values, dict):
-        raise UserError("config", f"section '{name}' must be a mapping of keys, not {values!r}")
+        raise UserError("config", f"section '{name}' must be a mapping of keys, not {shown(values)}")
     hints = typing.get_type_hints(cls)
     known = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
@@ -851,11 +805,11 @@ def _build_section(name: str, cls: type, values: Any) -> Any:
             raise UserError("config", f"unknown key '{name}.{key}'{_suggest(str(key), known, name + '.')}")
         ok, coerced = _coerce(value, hints[key])
         if not ok:
-            raise UserError("config", f"{name}.{key} must be {_type_name(hints[key])} (got {value!r})")
+            raise UserError("config", f"{name}.{key} must be {_type_name(hints[key])} (got {_got(value)})")
         if isinstance(coerced, int) and not isinstance(coerced, bool) and not -LARGEST_INT <= coerced <= LARGEST_INT:
             raise UserError("config", f"{name}.{key} is out of range (got {value}); it must lie within ±{LARGEST_INT}")
         if _has_nonfinite(coerced):  # nan passes every `x > 0` check by failing none of them; inf is no setting
-            raise UserError("config", f"{name}.{key} must be a finite number (got {_shown(value)})")
+            raise UserError("config", f"{name}.{key} must be a finite number (got {shown(value)})")
         kwargs[key] = coerced
     return cls(**kwargs)
 

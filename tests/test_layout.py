@@ -7,7 +7,17 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mlmtrain"
 # README's "Where the code lives", bottom-up: a module may import its own level and the levels below it
-LEVELS = {"errors": 0, "config": 0, "runtime": 1, "data": 2, "model": 3, "evaluate": 4, "report": 4, "train": 5}
+LEVELS = {
+    "errors": 0,
+    "readers": 0,
+    "config": 0,
+    "runtime": 1,
+    "data": 2,
+    "model": 3,
+    "evaluate": 4,
+    "report": 4,
+    "train": 5,
+}
 TOP = {"cli": 6, "api": 7, "__init__": 7, "__main__": 7}
 
 

@@ -15,7 +15,7 @@ import click
 import typer
 
 from mlmtrain import __version__
-from mlmtrain.errors import UserError, interrupt_on_sigterm
+from mlmtrain.errors import UserError, interrupt_on_sigterm, redact
 from mlmtrain.evaluate.probe_settings import ProbeSettings
 
 app = typer.Typer(
@@ -363,7 +363,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     except UserError as error:
         if debug:
             raise
-        print(f"mlmtrain: {error}", file=sys.stderr)
+        print(f"mlmtrain: {redact(str(error))}", file=sys.stderr)  # a message may quote a URL from the environment
         sys.exit(2)
     except _EXIT as done:
         sys.exit(done.exit_code)
@@ -376,5 +376,5 @@ def main(argv: Optional[list[str]] = None) -> None:
             sys.exit(0)
         if debug:
             raise
-        print(f"mlmtrain: argument: {error.format_message()} (see --help)", file=sys.stderr)
+        print(f"mlmtrain: argument: {redact(error.format_message())} (see --help)", file=sys.stderr)
         sys.exit(getattr(error, "exit_code", 2))

@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from mlmtrain.errors import UserError, first_line
+from mlmtrain.errors import UserError, first_line, redact
 
 # the file names that are published, in the checkpoint folder and in a model subfolder (one holding config.json)
 _WEIGHTS_FILES = re.compile(
@@ -176,4 +176,4 @@ def _upload(folder: Path, files: list[str], repo: str, private: bool) -> str:
         )
     except Exception as error:  # HTTP, network and validation errors of the hub client: one meaning, no upload
         raise UserError("push", f"could not push to {repo}: {first_line(error)}") from error
-    return str(getattr(commit, "repo_url", None) or created)
+    return redact(str(getattr(commit, "repo_url", None) or created))  # built from HF_ENDPOINT: it may hold a password

@@ -225,7 +225,7 @@ def _csv_records(lines: Iterator[str], path: Path, reading: Reading) -> Iterator
             where = f"{path}:{reader.line_num}"
             yield Record(where, _row_fields(header, row, where, reading) if row else None)
     except csv.Error as error:
-        raise reading.error(f"{path}:{reader.line_num}: malformed CSV ({error}); fix that line") from None
+        raise reading.error(f"{path}:{reader.line_num}: malformed CSV ({first_line(error)}); fix that line") from None
 
 
 def _parquet_records(path: Path, reading: Reading) -> Iterator[Record]:

@@ -22,7 +22,8 @@ from typing import Any, Optional
 import numpy as np
 
 from mlmtrain.config import Config, save_config
-from mlmtrain.errors import UserError
+from mlmtrain.errors import UserError, first_line
+from mlmtrain.readers import read_json
 from mlmtrain.runtime.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.runtime.files import building, check_replaceable, replace_folder
 from mlmtrain.runtime.progress import progress_bar, say
@@ -224,10 +225,10 @@ def read_meta(folder: Path) -> dict[str, Any]:
             "data", f"token store {folder} is incomplete (tokenize was interrupted); run `mlmtrain tokenize` again"
         )
     try:
-        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        meta = read_json(folder / "meta.json")
     except (OSError, ValueError) as error:
         raise UserError(
-            "data", f"token store {folder}: unreadable meta.json ({error}); run `mlmtrain tokenize` again"
+            "data", f"token store {folder}: unreadable meta.json ({first_line(error)}); run `mlmtrain tokenize` again"
         ) from None
     damaged = UserError("data", f"token store {folder}: meta.json is damaged; run `mlmtrain tokenize` again")
     if not isinstance(meta, dict):

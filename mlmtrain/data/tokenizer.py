@@ -19,6 +19,7 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from mlmtrain.config import TokenizerConfig, looks_like_path
 from mlmtrain.errors import UserError, first_line
+from mlmtrain.readers import read_json
 from mlmtrain.runtime.files import replace_folder
 from mlmtrain.runtime.hub import hub_unreachable
 from mlmtrain.runtime.model_folder import check_folder, from_pretrained
@@ -318,7 +319,7 @@ def _replace_tokenizer_folder(folder: Path, write: Callable[[Path], None]) -> No
 def tokenizer_record(folder: Path) -> Optional[dict]:
     """What mlmtrain-tokenizer.json says about how the tokenizer in `folder` was made (None: no such file)."""
     try:
-        return json.loads((Path(folder) / TOKENIZER_META).read_text(encoding="utf-8"))
+        return read_json(Path(folder) / TOKENIZER_META)
     except (OSError, ValueError):
         return None
 

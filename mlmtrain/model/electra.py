@@ -12,7 +12,6 @@ of width `model.hidden_size`; a narrower generator projects it to its own width 
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -29,6 +28,7 @@ from mlmtrain.data.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
 from mlmtrain.errors import UserError
 from mlmtrain.model.bert import head_autocast, padded_vocab_size
 from mlmtrain.model.context import autocast_context, eval_mode
+from mlmtrain.readers import read_json
 from mlmtrain.runtime.model_folder import from_pretrained
 
 GENERATOR_DIR = "generator"  # the generator's folder inside an ELECTRA checkpoint
@@ -254,7 +254,7 @@ def generator_folder(folder: Path) -> Optional[Path]:
     """For the masked-LM commands: the `generator/` of an ELECTRA checkpoint folder (its discriminator predicts no
     tokens), None for any other folder; a UserError for a discriminator without its generator."""
     try:
-        architectures = json.loads((folder / "config.json").read_text()).get("architectures") or []
+        architectures = read_json(folder / "config.json").get("architectures") or []
     except (OSError, ValueError, AttributeError):  # no or no readable config.json: the loader says what is wrong
         return None
     if "ElectraForPreTraining" not in architectures:

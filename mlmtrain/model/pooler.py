@@ -19,6 +19,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from mlmtrain.readers import read_json
 from mlmtrain.runtime.model_folder import WEIGHTS_INDEX, from_pretrained, weight_map
 
 WEIGHTS = "model.safetensors"
@@ -132,7 +133,7 @@ def _write_tensors(folder: Path, added: dict[str, torch.Tensor]) -> None:
     """Add tensors to a folder's safetensors weights: into model.safetensors, or a shard of their own in the index."""
     index_file = folder / WEIGHTS_INDEX
     if index_file.is_file():
-        index = json.loads(index_file.read_text(encoding="utf-8"))
+        index = read_json(index_file)
         _replace_file(folder / POOLER_SHARD, added, {"format": "pt"})
         index["weight_map"].update(dict.fromkeys(added, POOLER_SHARD))
         _replace_text(index_file, json.dumps(index, indent=2, sort_keys=True) + "\n")

@@ -6,7 +6,6 @@ Imports no training code (no torch): a report can be made beside a live run, fro
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import struct
@@ -15,9 +14,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-import yaml
 
 from mlmtrain.errors import UserError
+from mlmtrain.readers import load_json_text, read_json, read_saved_yaml
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "infinity": math.inf, "-infinity": -math.inf}
@@ -133,8 +132,8 @@ def read_metrics(path: Path) -> tuple[dict[str, Series], list[str]]:
     not_numbers: dict[str, list[int]] = {}  # key -> lines whose value is neither a number nor null/nan/inf
     for position, (number, line) in enumerate(numbered):
         try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):  # RecursionError: brackets nested beyond the parser's depth
+            record = load_json_text(line)
+        except ValueError:
             record = None
         step = _step(record)
         if step is None:
@@ -197,8 +196,8 @@ def safetensors_parameters(path: Path) -> Optional[int]:
             (length,) = struct.unpack("<Q", handle.read(8))
             if length > 100_000_000:
                 return None
-            header = json.loads(handle.read(length))
-    except (OSError, ValueError, RecursionError, struct.error):
+            header = load_json_text(handle.read(length))
+    except (OSError, ValueError, struct.error):
         return None
     if not isinstance(header, dict):
         return None
@@ -220,8 +219,8 @@ def _store_meta(run_dir: Path, config: dict[str, Any]) -> Optional[dict[str, Any
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
     folder = Path(data["store"]) if isinstance(data.get("store"), str) and data["store"] else run_dir / "tokens"
     try:
-        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        meta = read_json(folder / "meta.json")
+    except (OSError, ValueError):
         return None
     if not isinstance(meta, dict):
         return None
@@ -239,12 +238,10 @@ def _read_config(path: Path, notes: list[str]) -> dict[str, Any]:
     if not path.is_file():
         notes.append("no mlmtrain.yaml: the configuration is unknown")
         return {}
-    try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+    loaded = read_saved_yaml(path)
+    if loaded is None:
         notes.append("mlmtrain.yaml is unreadable: the configuration is unknown")
-        return {}
-    return loaded if isinstance(loaded, dict) else {}
+    return loaded or {}
 
 
 def load_run(path: Path, name: Optional[str] = None) -> Run:

@@ -16,7 +16,7 @@ from typing import Optional, TypeVar
 import torch
 import torch.distributed as dist
 
-from mlmtrain.errors import UserError
+from mlmtrain.errors import UserError, first_line
 
 T = TypeVar("T")
 
@@ -148,7 +148,10 @@ def on_main(ctx: DistContext, action: Callable[[], T]) -> Optional[T]:
     if isinstance(failure, UserError):
         shared = (failure.topic, failure.message)
     elif failure is not None:  # a bug: rank 0 shows its traceback, the others point to it
-        shared = ("distributed", f"rank 0 stopped with {type(failure).__name__}: {failure} (see its traceback)")
+        shared = (
+            "distributed",
+            f"rank 0 stopped with {type(failure).__name__}: {first_line(failure)} (see its traceback)",
+        )
     verdict = broadcast_object(ctx, shared)  # also the barrier: nobody goes on before rank 0 is done
     if failure is not None:
         raise failure

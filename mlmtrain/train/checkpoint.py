@@ -25,10 +25,11 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 
-from mlmtrain.config import PAIR_OBJECTIVES, TRAINING_KEYS, Config, read_yaml, records_setting, save_config
+from mlmtrain.config import PAIR_OBJECTIVES, TRAINING_KEYS, Config, records_setting, save_config
 from mlmtrain.data.tokenizer import TOKENIZER_FILES, load_tokenizer, save_tokenizer_files, tokenizer_fingerprint
-from mlmtrain.errors import UserError, first_line, loader_worker_died
+from mlmtrain.errors import UserError, first_line, loader_worker_died, shown
 from mlmtrain.model.pooler import add_pooler
+from mlmtrain.readers import read_json, read_saved_yaml
 from mlmtrain.runtime.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.runtime.files import remove_dead_leftovers, write_failure
 from mlmtrain.runtime.model_folder import from_pretrained, model_config
@@ -221,7 +222,7 @@ def foreign_files(folder: Path) -> Optional[list[str]]:
     saved", "data is a link"); None if it kept no record of sizes and times (a checkpoint of an older mlmtrain, which
     named its files only: a model saved over it under those names would pass, so nothing in it is provably ours)."""
     try:
-        record = json.loads((folder / MANIFEST_FILE).read_text())
+        record = read_json(folder / MANIFEST_FILE)
         written = {name: (info["size"], info["mtime_ns"]) for name, info in record["written"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -406,7 +407,7 @@ def load_training_state(folder: Path) -> dict[str, Any]:
             check_rng_state(saved)
     except (TypeError, ValueError, KeyError, IndexError, RuntimeError) as error:
         raise UserError(
-            "checkpoint", f"{path} has damaged RNG states ({error}); resume from an older checkpoint"
+            "checkpoint", f"{path} has damaged RNG states ({first_line(error)}); resume from an older checkpoint"
         ) from None
     return state
 
@@ -591,9 +592,8 @@ def setting_changes(folder: Path, cfg: Config) -> list[str]:
     """The training settings of the config that differ from the ones the checkpoint's run used (its mlmtrain.yaml),
     as 'key: saved -> config': a resume applies the config's, so the run no longer reproduces an uninterrupted one.
     Empty for a checkpoint without a readable mlmtrain.yaml (nothing to compare)."""
-    try:
-        saved = read_yaml(Path(folder) / "mlmtrain.yaml")
-    except UserError:
+    saved = read_saved_yaml(Path(folder) / "mlmtrain.yaml")
+    if saved is None:
         return []
     wanted = cfg.to_dict()
     changes = []
@@ -603,17 +603,14 @@ def setting_changes(folder: Path, cfg: Config) -> list[str]:
         if not isinstance(saved_section, dict) or key not in saved_section or section not in wanted:
             continue  # an older mlmtrain's file without the key, or a section this objective lacks: nothing to compare
         if not records_setting(dotted, saved_section[key], wanted[section][key]):
-            changes.append(f"{dotted}: {saved_section[key]} -> {wanted[section][key]}")
+            changes.append(f"{dotted}: {shown(saved_section[key])} -> {wanted[section][key]}")
     return changes
 
 
 def saved_pair_objective(folder: Path) -> str:
     """Which pair objective trained a BertForPreTraining checkpoint: its mlmtrain.yaml says (mlm+nsp, BERT's own
     objective, when the file is missing or says nothing of use)."""
-    try:
-        saved = read_yaml(Path(folder) / "mlmtrain.yaml")
-    except UserError:
-        return PAIR_OBJECTIVES[0]
+    saved = read_saved_yaml(Path(folder) / "mlmtrain.yaml") or {}
     train = saved.get("train")
     objective = train.get("objective") if isinstance(train, dict) else None
     return objective if objective in PAIR_OBJECTIVES else PAIR_OBJECTIVES[0]

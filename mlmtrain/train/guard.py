@@ -89,16 +89,11 @@ def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool, cfg: Co
     can be written there before any step is trained. In a folder that holds no run yet, refuse to replace a
     mlmtrain.yaml the user keeps there (pretrain saves the run's resolved config under that name)."""
     checkpoints = ckpt.checkpoints_dir(run_dir)
-    if checkpoints.exists() and not checkpoints.is_dir():
-        raise UserError("run", f"{checkpoints} is a file, where checkpoints go; move it away, then run again")
-    if checkpoints.is_symlink() and not checkpoints.exists() and not overwrite:
-        raise UserError(
-            "run",
-            f"{checkpoints} is a link to {os.readlink(checkpoints)}, which does not exist, where checkpoints go; "
-            "create that folder or remove the link, then run again",
-        )
-    check_added_words_file(cfg, run_dir)  # before anything of the old run is removed
     holds_run = (run_dir / "metrics.jsonl").exists() or checkpoints.exists() or checkpoints.is_symlink()
+    _refuse_blocked_folder(checkpoints, "checkpoints", removed=overwrite and holds_run)
+    if "tensorboard" in cfg.train.active_trackers:  # its writer would fail on it only after tokenizing
+        _refuse_blocked_folder(run_dir / "tensorboard", "TensorBoard's event files", removed=overwrite and holds_run)
+    check_added_words_file(cfg, run_dir)  # before anything of the old run is removed
     if holds_run and overwrite:
         _remove_the_old_run(run_dir)
     elif not holds_run:
@@ -117,6 +112,19 @@ def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool, cfg: Co
         )
     if checkpoints.is_dir():
         check_writable_folder(checkpoints, "run", "the checkpoints folder")
+
+
+def _refuse_blocked_folder(folder: Path, what: str, removed: bool) -> None:
+    """A UserError when `folder`, where the run writes `what`, is a file, or a link to nothing that --overwrite
+    (`removed`) does not remove: the first write would fail there, after tokenizing or training."""
+    if folder.exists() and not folder.is_dir():
+        raise UserError("run", f"{folder} is a file, where {what} go; move it away, then run again")
+    if folder.is_symlink() and not folder.exists() and not removed:
+        raise UserError(
+            "run",
+            f"{folder} is a link to {os.readlink(folder)}, which does not exist, where {what} go; "
+            "create that folder or remove the link, then run again",
+        )
 
 
 _RUN_FILES = ("metrics.jsonl", "run.json")  # the files a run writes directly in RUN_DIR that --overwrite removes

@@ -10,7 +10,6 @@ set to another value (even its default) is refused, dropout keys may be set. Opt
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,6 +17,7 @@ import torch
 
 from mlmtrain.config import Config, TokenizerConfig, names_hub_repository, read_yaml, records_setting
 from mlmtrain.errors import UserError, first_line
+from mlmtrain.readers import read_json, read_saved_yaml
 from mlmtrain.runtime.hub import hub_unreachable
 from mlmtrain.runtime.model_folder import from_pretrained, model_config
 
@@ -115,10 +115,7 @@ def resumed_base(cfg: Config, resume_from: Optional[Path]) -> Optional[Path]:
     (an older mlmtrain's): the base is read."""
     if not cfg.model.init_from or resume_from is None:
         return None
-    try:
-        saved = read_yaml(Path(resume_from) / "mlmtrain.yaml").get("model")
-    except UserError:  # no such file, or a damaged one
-        return None
+    saved = (read_saved_yaml(Path(resume_from) / "mlmtrain.yaml") or {}).get("model")  # None: no file, or damaged
     names_base = isinstance(saved, dict) and records_setting(KEY, saved.get("init_from"), cfg.model.init_from)
     return Path(resume_from) if names_base else None
 
@@ -311,16 +308,14 @@ def add_word_rows(model: Any, cfg: Config) -> None:
 
 def _trained_seq_len(folder: Path) -> Optional[int]:
     """data.seq_len of the mlmtrain.yaml beside a model (None: no such file, or not one mlmtrain wrote)."""
-    try:
-        value = (read_yaml(folder / "mlmtrain.yaml").get("data") or {}).get("seq_len")
-    except UserError:
-        return None
+    data = (read_saved_yaml(folder / "mlmtrain.yaml") or {}).get("data")
+    value = data.get("seq_len") if isinstance(data, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _positions(folder: Path) -> Optional[int]:
     try:
-        value = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+        value = read_json(folder / "config.json").get("max_position_embeddings")
     except (OSError, ValueError, AttributeError):
         return None
     return value if isinstance(value, int) else None

@@ -18,7 +18,7 @@ from mlmtrain.config import PAIR_OBJECTIVES, Config, save_config
 from mlmtrain.data.blocks import StoreBlocks, evaluation_blocks
 from mlmtrain.data.store import TokenStore, tokenize_corpus
 from mlmtrain.data.tokenizer import tokenizer_fingerprint
-from mlmtrain.errors import UserError, interrupt_on_sigterm, loader_worker_died
+from mlmtrain.errors import UserError, first_line, interrupt_on_sigterm, loader_worker_died
 from mlmtrain.evaluate.probe import LiveProbe, ProbeDiverged, Task, live_task, metric_record
 from mlmtrain.model.electra import masking_rate_note
 from mlmtrain.report.page import LiveReport
@@ -111,7 +111,7 @@ def _stopped_from_outside(error: RuntimeError, run_dir: Path) -> UserError:
     if loader_worker_died(error):
         return UserError(
             "data",
-            f"{str(error).strip().rstrip('.')}; the kernel's out-of-memory killer is the usual cause: lower "
+            f"{first_line(error).rstrip('.')}; the kernel's out-of-memory killer is the usual cause: lower "
             f"data.num_workers or free memory, then resume with --resume{kept}",
         )
     return UserError(

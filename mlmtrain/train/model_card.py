@@ -10,7 +10,6 @@ user edited makes the folder theirs: it is never replaced or pruned.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import yaml
 
 from mlmtrain.config import Config, names_hub_repository, published_value, published_yaml
+from mlmtrain.readers import load_json_text, read_json
 from mlmtrain.train.init_from import ADDED_WORDS, added_words
 
 CARD = "README.md"
@@ -45,7 +45,7 @@ def write_model_card(
     """Write `folder`/README.md for the model saved there at `step`; `metrics` are checkpoint.json's figures,
     `state` the training state (its elapsed time), run_dir/metrics.jsonl gives the last validation and probe."""
     folder = Path(folder)
-    model = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    model = read_json(folder / "config.json")
     records = _records_up_to(Path(run_dir) / "metrics.jsonl", step)
     body = "\n".join(
         [
@@ -76,7 +76,7 @@ def _records_up_to(path: Path, step: int) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     for line in lines:
         try:
-            record = json.loads(line)
+            record = load_json_text(line)
         except ValueError:
             continue
         if not isinstance(record, dict) or not isinstance(record.get("step"), int):
@@ -183,8 +183,8 @@ def _model_section(model: dict[str, Any], folder: Path) -> str:
 
 def _tokenizer_section(cfg: Config, folder: Path) -> str:
     try:
-        settings = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-        vocab = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))["model"]
+        settings = read_json(folder / "tokenizer_config.json")
+        vocab = read_json(folder / "tokenizer.json")["model"]
     except (OSError, ValueError, KeyError):
         return ""
     origin = (

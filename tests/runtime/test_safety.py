@@ -8,6 +8,7 @@ a second stop signal, write errors outside the checkpoint writer, unusable run f
 from __future__ import annotations
 
 import errno
+import importlib.util
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ import pytest
 
 from mlmtrain.train.loop import pretrain
 
-from ..conftest import tiny_overrides, write_corpus
+from ..conftest import copy_corpus, tiny_overrides, write_corpus
 from ..train.test_reliability import (
     CHILD_ENV,
     CHILD_TIMEOUT_S,
@@ -344,6 +345,25 @@ def test_a_checkpoints_entry_that_is_a_file_is_refused_before_training(
     assert code == 2
     assert_one_error_line(lines, str(run_dir / "checkpoints"), "is a file")
     assert not (run_dir / "metrics.jsonl").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="tensorboard is not installed")
+@pytest.mark.parametrize(
+    "blocker,setting",
+    [("a file", {"train.tensorboard": True}), ("a link to nothing", {"train.trackers": "[tensorboard]"})],
+)
+def test_a_tensorboard_entry_that_is_not_a_folder_is_refused_before_tokenizing(
+    blocker: str, setting: dict, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    data = copy_corpus(tiny_data, tmp_path)  # nothing tokenized yet: a late failure would build tokenizer and store
+    run_dir, board = tmp_path / "run", tmp_path / "run" / "tensorboard"
+    run_dir.mkdir()
+    board.write_text("mine") if blocker == "a file" else board.symlink_to(tmp_path / "gone")
+    code, lines = run_cli(capsys, "pretrain", *set_options(data, run_dir, **QUICK, **setting))
+    assert code == 2
+    assert_one_error_line(lines, str(board), "where TensorBoard's event files go", "then run again")
+    assert not (data / "tokenizer").exists() and not (data / "tokens").exists()
+    assert board.is_symlink() or board.read_text() == "mine"
 
 
 def test_a_lock_that_is_a_folder_is_one_line(tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import shutil
 import socket
 import threading
@@ -399,6 +400,17 @@ def test_push_reaches_the_hub_call_and_its_refusal_is_one_line(run: Path, capsys
     code, out, err = _push(capsys, str(run / "checkpoints" / "latest"), "--repo", "someone/tiny", "--private")
     assert (code, out, err.count("\n")) == (2, "", 1)
     assert "could not push to someone/tiny" in err and "401" in err
+    assert "POST /api/repos/create" in denying_hub
+
+
+def test_a_password_in_hf_endpoint_is_never_printed(
+    run: Path, capsys, fake_token, denying_hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", os.environ["HF_ENDPOINT"].replace("http://", "http://user:s3cret@"))
+    code, out, err = _push(capsys, str(run / "checkpoints" / "latest"), "--repo", "someone/tiny")
+    assert (code, out, err.count("\n")) == (2, "", 1)
+    assert "could not push to someone/tiny" in err and "401" in err
+    assert "s3cret" not in err and "hf_not_a_real_token" not in err
     assert "POST /api/repos/create" in denying_hub
 
 

@@ -513,4 +513,4 @@ def test_a_resume_names_the_base_and_extension_it_changes_and_the_way_back_works
     code, lines = resume(tmp_path / "plain", moved)
     assert code == 0, lines
     (note,) = [line for line in lines if line.startswith("note: resuming with training settings")]
-    assert f"model.init_from: tiny-bert -> {moved}" in note  # a checkpoint names its base, holding no path
+    assert f"model.init_from: 'tiny-bert' -> {moved}" in note  # a checkpoint names its base, holding no path

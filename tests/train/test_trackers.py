@@ -20,6 +20,8 @@ from mlmtrain.runtime.progress import Reporter
 from mlmtrain.train.loop import pretrain
 
 from ..conftest import copy_corpus, tiny_overrides
+from .test_ecosystem import _closed_port
+from .test_reliability import assert_one_error_line, run_cli, set_options
 
 INSTALLED = [name for name in ("tensorboard", "mlflow", "wandb") if importlib.util.find_spec(name) is not None]
 
@@ -225,3 +227,18 @@ def test_with_no_settings_mlflow_and_wandb_log_into_the_run_folder(
     assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == list(range(1, 11))
     assert any((run_dir / "wandb").glob("offline-run-*"))
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+@pytest.mark.skipif("mlflow" not in INSTALLED, reason="mlflow is not installed")
+def test_a_password_in_the_tracking_uri_is_neither_printed_nor_written(
+    tiny_data: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """A tracking server that cannot be reached: MLflow's error quotes the URL it was given, password included."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://user:s3cret@127.0.0.1:{_closed_port()}")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # refused at once instead of retried for minutes
+    run_dir = tmp_path / "run"
+    code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, run_dir, **{"train.trackers": "[mlflow]"}))
+    assert code == 2
+    line = assert_one_error_line(lines, "train.trackers: mlflow could not start", "http://user:***@127.0.0.1")
+    assert "s3cret" not in "\n".join(lines), line
+    assert not any(b"s3cret" in path.read_bytes() for path in run_dir.rglob("*") if path.is_file())
