@@ -8,12 +8,12 @@ only (`weight_map`).
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from pathlib import Path, PurePath
 from typing import Any, Optional, Union
 
-from mlmtrain.errors import UserError
+from mlmtrain.errors import UserError, shown
+from mlmtrain.readers import read_json
 
 CONFIG = "config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -25,7 +25,7 @@ _NO_CODE = "mlmtrain never runs a model folder's own code"
 def _json_object(path: Path) -> Optional[dict[str, Any]]:
     """The JSON object in `path`; None when it is missing, unreadable or not an object."""
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        value = read_json(path)
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
@@ -178,7 +178,7 @@ def model_config(
         if name not in config and kind == _POSITIVE:
             raise UserError(topic, f"{path} has no {name}; {fix}")
         if name in config and not _fits(config[name], kind):
-            raise UserError(topic, f"{path}: {name} must be {kind} (got {json.dumps(config[name])}); {fix}")
+            raise UserError(topic, f"{path}: {name} must be {kind} (got {shown(config[name])}); {fix}")
     names = _json_names(config["model_type"])
     if "hidden_size" in names and "num_attention_heads" in names:
         hidden, heads = config[names["hidden_size"]], config[names["num_attention_heads"]]
