@@ -13,9 +13,10 @@ import math
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Any, ClassVar, Literal, Union
+from typing import Any, ClassVar, Literal, Optional, Union
 
 import yaml
 
@@ -31,26 +32,81 @@ resume note of training settings names the change; `own-note`, it changes traini
 (dropout, the optimizer's settings); `silent`, it changes no weight (folders, cadences, evaluation, reports)."""
 
 
-def _f(default: Any, help: str, *, resume: str) -> Any:
-    """A dataclass field with a default, a one-line description and what a resume under another value says
-    (`RESUME_KINDS`)."""
+@dataclass(frozen=True)
+class Check:
+    """The rule one key's value must meet (null passes: a key that may be null says so in its type), and how an
+    error line and `config fields` say it: `says` completes "optim.lr ..." ("must be > 0")."""
+
+    holds: Callable[[Any], bool]
+    says: str
+
+
+def at_least(low: float) -> Check:
+    return Check(lambda value: value >= low, f"must be >= {low:g}")
+
+
+def above(low: float) -> Check:
+    return Check(lambda value: value > low, f"must be > {low:g}")
+
+
+def within(low: float, high: float, ends: str) -> Check:
+    """low..high, each end closed by [ ] or open by ( )."""
+    closed_low, closed_high = ends[0] == "[", ends[1] == "]"
+
+    def holds(value: float) -> bool:
+        return (value >= low if closed_low else value > low) and (value <= high if closed_high else value < high)
+
+    return Check(holds, f"must be in {ends[0]}{low:g}, {high:g}{ends[1]}")
+
+
+def _f(default: Any, help: str, *, resume: str, check: Optional[Check] = None) -> Any:
+    """A dataclass field with a default, a one-line description, what a resume under another value says
+    (`RESUME_KINDS`) and the rule its value must meet (`Check`; None: its type is the whole rule)."""
     if resume not in RESUME_KINDS:
         raise ValueError(f"resume must be one of {RESUME_KINDS} (got {resume!r})")
-    metadata = {"help": help, "resume": resume}
+    metadata = {"help": help, "resume": resume, "check": check}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=metadata)
     return field(default=default, metadata=metadata)
 
 
-def _trains(default: Any, help: str) -> Any:
+def _trains(default: Any, help: str, check: Optional[Check] = None) -> Any:
     """A key that changes what or how the run trains: `_f` with resume="note"."""
-    return _f(default, help, resume="note")
+    return _f(default, help, resume="note", check=check)
 
 
-def _quiet(default: Any, help: str) -> Any:
+def _quiet(default: Any, help: str, check: Optional[Check] = None) -> Any:
     """A key that changes no weight (a folder, a cadence, an evaluation or report setting): `_f` with
     resume="silent"."""
-    return _f(default, help, resume="silent")
+    return _f(default, help, resume="silent", check=check)
+
+
+# The checks of one key each that are not a range
+SOME_SOURCE = Check(bool, "must name at least one source")
+GENERATOR_SHARE = Check(
+    lambda share: 0 < share <= 1, "must be in (0, 1]: the generator may not be larger than the discriminator"
+)
+DURATION = Check(lambda value: parse_duration(value) > 0, "must be > 0")
+DEVICE = Check(lambda name: bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", name)), "must be auto, cpu, cuda or cuda:N")
+DISTINCT = Check(lambda names: len(set(names)) == len(names), "must not name a tracker twice")
+LICENSE = Check(
+    lambda name: bool(re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", name)),
+    "must be a Hub license identifier such as apache-2.0 or mit",
+)
+LANGUAGES = Check(
+    lambda codes: all(
+        re.fullmatch(r"[a-z]{2,3}(-[A-Za-z0-9]+)*", code) for code in ([codes] if isinstance(codes, str) else codes)
+    ),
+    "must be language codes such as en or [en, de]",
+)
+
+
+def check_fields(section: str, values: Any) -> None:
+    """Every key of one section against its own `Check` (null passes: the type said whether null may be)."""
+    for found in dataclasses.fields(values):
+        check, value = found.metadata["check"], getattr(values, found.name)
+        if check is not None and value is not None and not check.holds(value):
+            raise UserError("config", f"{section}.{found.name} {check.says} (got {shown(value)})")
 
 
 def _check(ok: bool, key: str, message: str) -> None:
@@ -64,12 +120,15 @@ class DataConfig:
         "builtin:python-docs",
         "training text: a path, glob or list of them (.txt .jsonl .json .parquet .csv), "
         "'builtin:python-docs', 'builtin:python-docstrings', or 'hf:NAME[/CONFIG]:SPLIT'",
+        check=SOME_SOURCE,
     )
     validation: Union[Source, None] = _trains(
         None, "validation text (same forms as train); null splits validation_fraction off train"
     )
     validation_fraction: float = _trains(
-        0.05, "share of training documents held out for validation when validation is null"
+        0.05,
+        "share of training documents held out for validation when validation is null",
+        check=within(0, 1, "[)"),
     )
     text_field: str = _trains(
         "text", "column / JSON key that holds the text in .jsonl .json .parquet .csv and hub data"
@@ -77,7 +136,7 @@ class DataConfig:
     txt_documents: Literal["line", "paragraph"] = _trains(
         "line", "how a .txt file splits into documents: one per line, or blank-line-separated paragraphs"
     )
-    seq_len: int = _trains(128, "tokens per training block, [CLS] and [SEP] included")
+    seq_len: int = _trains(128, "tokens per training block, [CLS] and [SEP] included", check=at_least(8))
     packing: bool = _trains(
         True, "concatenate documents into full blocks (no padding); false: one document per block, padded"
     )
@@ -85,15 +144,10 @@ class DataConfig:
     use_store: bool = _trains(
         True, "read pre-tokenized blocks from the store; false: tokenize a live stream in the loader workers"
     )
-    num_workers: int = _quiet(1, "DataLoader worker processes that cut blocks and draw masks")
-    shuffle_buffer: int = _trains(10000, "blocks held for shuffling a live stream (the store shuffles exactly)")
-
-    def validate(self) -> None:
-        _check(0.0 <= self.validation_fraction < 1.0, "data.validation_fraction", "must be in [0, 1)")
-        _check(self.seq_len >= 8, "data.seq_len", f"must be >= 8 (got {self.seq_len})")
-        _check(self.num_workers >= 0, "data.num_workers", f"must be >= 0 (got {self.num_workers})")
-        _check(self.shuffle_buffer >= 1, "data.shuffle_buffer", "must be >= 1")
-        _check(bool(self.train), "data.train", "must name at least one source")
+    num_workers: int = _quiet(1, "DataLoader worker processes that cut blocks and draw masks", check=at_least(0))
+    shuffle_buffer: int = _trains(
+        10000, "blocks held for shuffling a live stream (the store shuffles exactly)", check=at_least(1)
+    )
 
 
 @dataclass
@@ -104,29 +158,28 @@ class TokenizerConfig:
     pretrained: Union[str, None] = _trains(
         None, "reuse this existing tokenizer folder or hub name instead of training one"
     )
-    vocab_size: int = _trains(30522, "WordPiece vocabulary size, special tokens included")
+    vocab_size: int = _trains(30522, "WordPiece vocabulary size, special tokens included", check=at_least(16))
     lowercase: bool = _trains(True, "lower-case text before tokenizing")
     strip_accents: Union[bool, None] = _trains(None, "strip accents; null: follow lowercase, as BERT does")
-    min_frequency: int = _trains(2, "a merge must occur this often to enter the vocabulary")
-    limit_alphabet: int = _trains(1000, "at most this many distinct characters in the initial alphabet")
+    min_frequency: int = _trains(2, "a merge must occur this often to enter the vocabulary", check=at_least(1))
+    limit_alphabet: int = _trains(
+        1000, "at most this many distinct characters in the initial alphabet", check=at_least(1)
+    )
     extend_vocab: int = _trains(
         0,
         "with model.init_from: add up to this many whole words frequent in data.train that the base's tokenizer "
         "splits into several pieces, each new embedding row the mean of its pieces' rows; 0: none",
+        check=at_least(0),
     )
-
-    def validate(self) -> None:
-        _check(self.vocab_size >= 16, "tokenizer.vocab_size", f"must be >= 16 (got {self.vocab_size})")
-        _check(self.min_frequency >= 1, "tokenizer.min_frequency", "must be >= 1")
-        _check(self.limit_alphabet >= 1, "tokenizer.limit_alphabet", "must be >= 1")
-        _check(self.extend_vocab >= 0, "tokenizer.extend_vocab", f"must be >= 0 (got {self.extend_vocab})")
 
 
 @dataclass
 class MaskingConfig:
-    mlm_probability: float = _trains(0.15, "share of ordinary tokens selected for prediction")
-    mask_replace: float = _trains(0.8, "share of selected tokens replaced by [MASK]")
-    random_replace: float = _trains(0.1, "share of selected tokens replaced by a random ordinary token")
+    mlm_probability: float = _trains(0.15, "share of ordinary tokens selected for prediction", check=within(0, 1, "()"))
+    mask_replace: float = _trains(0.8, "share of selected tokens replaced by [MASK]", check=within(0, 1, "[]"))
+    random_replace: float = _trains(
+        0.1, "share of selected tokens replaced by a random ordinary token", check=within(0, 1, "[]")
+    )
     whole_word: bool = _trains(False, "select all WordPiece pieces of a word together")
     fixed_count: bool = _trains(
         False,
@@ -138,21 +191,10 @@ class MaskingConfig:
         0.15,
         "share of ordinary tokens evaluations mask, 80/10/10 and a coin per token, whatever the training masking "
         "above: perplexities stay comparable across recipes",
+        check=within(0, 1, "()"),
     )
 
     def validate(self) -> None:
-        _check(
-            0.0 < self.mlm_probability < 1.0,
-            "masking.mlm_probability",
-            f"must be in (0, 1) (got {self.mlm_probability})",
-        )
-        _check(
-            0.0 < self.eval_mlm_probability < 1.0,
-            "masking.eval_mlm_probability",
-            f"must be in (0, 1) (got {self.eval_mlm_probability})",
-        )
-        _check(0.0 <= self.mask_replace <= 1.0, "masking.mask_replace", "must be in [0, 1]")
-        _check(0.0 <= self.random_replace <= 1.0, "masking.random_replace", "must be in [0, 1]")
         _check(
             self.mask_replace + self.random_replace <= 1.0 + 1e-9,
             "masking.mask_replace",
@@ -162,24 +204,33 @@ class MaskingConfig:
 
 @dataclass
 class ModelConfig:
-    hidden_size: int = _trains(256, "width of the encoder")
-    num_layers: int = _trains(4, "transformer layers")
-    num_heads: int = _trains(4, "attention heads; must divide hidden_size")
-    intermediate_size: int = _trains(1024, "width of the feed-forward layer")
-    max_position_embeddings: int = _trains(512, "longest sequence the model can take")
+    hidden_size: int = _trains(256, "width of the encoder", check=at_least(1))
+    num_layers: int = _trains(4, "transformer layers", check=at_least(1))
+    num_heads: int = _trains(4, "attention heads; must divide hidden_size", check=at_least(1))
+    intermediate_size: int = _trains(1024, "width of the feed-forward layer", check=at_least(1))
+    max_position_embeddings: int = _trains(512, "longest sequence the model can take", check=at_least(1))
     dropout: Union[float, None] = _f(
         None,
         "hidden and attention dropout in one key (0: none, as Cramming and ModernBERT train); null: the two below",
         resume="own-note",
+        check=within(0, 1, "[)"),
     )
     hidden_dropout: float = _f(
-        0.1, "dropout on hidden states (model.dropout, when set, replaces it)", resume="own-note"
+        0.1,
+        "dropout on hidden states (model.dropout, when set, replaces it)",
+        resume="own-note",
+        check=within(0, 1, "[)"),
     )
     attention_dropout: float = _f(
-        0.1, "dropout on attention probabilities (model.dropout, when set, replaces it)", resume="own-note"
+        0.1,
+        "dropout on attention probabilities (model.dropout, when set, replaces it)",
+        resume="own-note",
+        check=within(0, 1, "[)"),
     )
     sparse_head: bool = _quiet(True, "run the MLM head on the selected positions only (same loss, less work)")
-    pad_vocab_multiple: int = _trains(1, "round the embedding rows up to a multiple of this (64 suits GPUs)")
+    pad_vocab_multiple: int = _trains(
+        1, "round the embedding rows up to a multiple of this (64 suits GPUs)", check=at_least(1)
+    )
     init_from: Union[str, None] = _trains(
         None,
         "start from this BERT masked LM (a folder or hub name): its weights, shape and tokenizer; shape keys left at "
@@ -187,23 +238,11 @@ class ModelConfig:
     )
 
     def validate(self) -> None:
-        for name in (
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "intermediate_size",
-            "max_position_embeddings",
-            "pad_vocab_multiple",
-        ):
-            _check(getattr(self, name) >= 1, f"model.{name}", f"must be >= 1 (got {getattr(self, name)})")
         _check(
             self.hidden_size % self.num_heads == 0,
             "model.hidden_size",
             f"({self.hidden_size}) must be divisible by model.num_heads ({self.num_heads})",
         )
-        for name in ("dropout", "hidden_dropout", "attention_dropout"):
-            value = getattr(self, name)
-            _check(value is None or 0.0 <= value < 1.0, f"model.{name}", "must be in [0, 1)")
 
     @property
     def hidden_dropout_prob(self) -> float:
@@ -222,25 +261,17 @@ class ElectraConfig:
         0.25,
         "generator width as a share of the discriminator's (hidden size, heads, feed-forward); "
         "ELECTRA found 1/4 to 1/2 best; at most 1",
+        check=GENERATOR_SHARE,
     )
     generator_layers: Union[int, None] = _trains(
-        None, "generator transformer layers; null: as many as model.num_layers"
+        None,
+        "generator transformer layers; null: as many as model.num_layers",
+        check=at_least(1),
     )
-    discriminator_weight: float = _trains(50.0, "weight of the replaced-token loss against the generator's MLM loss")
-    temperature: float = _trains(1.0, "sampling temperature of the generator's replacements")
-
-    def validate(self) -> None:
-        _check(
-            0.0 < self.generator_size <= 1.0,
-            "electra.generator_size",
-            f"must be in (0, 1]: the generator may not be larger than the discriminator (got {self.generator_size})",
-        )
-        if self.generator_layers is not None:
-            _check(
-                self.generator_layers >= 1, "electra.generator_layers", f"must be >= 1 (got {self.generator_layers})"
-            )
-        _check(self.discriminator_weight > 0, "electra.discriminator_weight", "must be > 0")
-        _check(self.temperature > 0, "electra.temperature", f"must be > 0 (got {self.temperature})")
+    discriminator_weight: float = _trains(
+        50.0, "weight of the replaced-token loss against the generator's MLM loss", check=above(0)
+    )
+    temperature: float = _trains(1.0, "sampling temperature of the generator's replacements", check=above(0))
 
     def generator_shape(self, model: ModelConfig) -> dict[str, int]:
         """Hidden size, heads, feed-forward width and layers of the generator: the discriminator's scaled by
@@ -256,34 +287,29 @@ class ElectraConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = _trains(5e-4, "peak learning rate")
-    weight_decay: float = _f(0.01, "AdamW weight decay (never on biases or LayerNorm)", resume="own-note")
-    beta1: float = _f(0.9, "AdamW beta1", resume="own-note")
-    beta2: float = _f(0.98, "AdamW beta2", resume="own-note")
-    eps: float = _f(1e-6, "AdamW epsilon", resume="own-note")
+    lr: float = _trains(5e-4, "peak learning rate", check=above(0))
+    weight_decay: float = _f(
+        0.01, "AdamW weight decay (never on biases or LayerNorm)", resume="own-note", check=at_least(0)
+    )
+    beta1: float = _f(0.9, "AdamW beta1", resume="own-note", check=within(0, 1, "[)"))
+    beta2: float = _f(0.98, "AdamW beta2", resume="own-note", check=within(0, 1, "[)"))
+    eps: float = _f(1e-6, "AdamW epsilon", resume="own-note", check=above(0))
     warmup_steps: int = _trains(
         100,
         "steps of linear warm-up from 0 to lr; beside max_time, max_tokens or max_flops: the share "
         "warmup_steps / max_steps of whichever budget ends the run",
+        check=at_least(0),
     )
     schedule: Literal["linear", "cosine", "constant", "one-cycle"] = _trains(
         "linear",
         "decay after warm-up; one-cycle: a triangle over the budget (up to lr at cycle_peak, then down; "
         "warmup_steps unused), as Cramming trains",
     )
-    cycle_peak: float = _trains(0.5, "one-cycle: the share of the budget at which the learning rate peaks")
-    min_lr_ratio: float = _trains(0.0, "the schedule ends at lr x this")
-    grad_clip: float = _trains(1.0, "clip the global gradient norm to this; 0 disables clipping")
-
-    def validate(self) -> None:
-        _check(self.lr > 0, "optim.lr", f"must be > 0 (got {self.lr})")
-        _check(self.weight_decay >= 0, "optim.weight_decay", f"must be >= 0 (got {self.weight_decay})")
-        _check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "optim.beta1", "and optim.beta2 must be in [0, 1)")
-        _check(self.eps > 0, "optim.eps", "must be > 0")
-        _check(self.warmup_steps >= 0, "optim.warmup_steps", f"must be >= 0 (got {self.warmup_steps})")
-        _check(0 <= self.min_lr_ratio <= 1, "optim.min_lr_ratio", "must be in [0, 1]")
-        _check(0 < self.cycle_peak < 1, "optim.cycle_peak", f"must be in (0, 1) (got {self.cycle_peak})")
-        _check(self.grad_clip >= 0, "optim.grad_clip", "must be >= 0")
+    cycle_peak: float = _trains(
+        0.5, "one-cycle: the share of the budget at which the learning rate peaks", check=within(0, 1, "()")
+    )
+    min_lr_ratio: float = _trains(0.0, "the schedule ends at lr x this", check=within(0, 1, "[]"))
+    grad_clip: float = _trains(1.0, "clip the global gradient norm to this; 0 disables clipping", check=at_least(0))
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -302,24 +328,30 @@ def parse_duration(value: Union[str, float, int, None], key: str = "train.max_ti
 @dataclass
 class TrainConfig:
     run_dir: str = _quiet("runs/default", "folder for checkpoints, metrics and the resolved config")
-    batch_size: int = _trains(32, "global batch: sequences per optimizer step, over all processes")
+    batch_size: int = _trains(32, "global batch: sequences per optimizer step, over all processes", check=at_least(1))
     micro_batch_size: Union[int, None] = _trains(
-        None, "sequences per forward pass on each process; null: batch_size / processes (no accumulation)"
+        None,
+        "sequences per forward pass on each process; null: batch_size / processes (no accumulation)",
+        check=at_least(1),
     )
-    max_steps: Union[int, None] = _trains(1000, "stop after this many optimizer steps")
-    max_tokens: Union[int, None] = _trains(None, "stop after this many training tokens")
+    max_steps: Union[int, None] = _trains(1000, "stop after this many optimizer steps", check=at_least(1))
+    max_tokens: Union[int, None] = _trains(None, "stop after this many training tokens", check=at_least(1))
     max_time: Union[str, float, None] = _trains(
-        None, "stop after this wall time (seconds or '30m', '2h'); the schedule stretches to fit"
+        None,
+        "stop after this wall time (seconds or '30m', '2h'); the schedule stretches to fit",
+        check=DURATION,
     )
     pause_after: Union[int, None] = _quiet(
-        None, "save and stop once this many steps are done, as if interrupted (continue later with --resume)"
+        None,
+        "save and stop once this many steps are done, as if interrupted (continue later with --resume)",
+        check=at_least(1),
     )
     precision: Literal["auto", "bf16", "bf16-head", "fp16", "fp32"] = _trains(
         "auto",
         "autocast precision; bf16-head: bf16 for the MLM head only; auto: bf16 on CUDA where supported and on CPUs "
         "with AMX, bf16-head on AMD CPUs with AVX512-BF16, else fp32",
     )
-    device: str = _quiet("auto", "auto, cpu, cuda or cuda:N")
+    device: str = _quiet("auto", "auto, cpu, cuda or cuda:N", check=DEVICE)
     compile: bool = _quiet(
         False,
         "torch.compile the model: faster steps after compiling first; needs a C++ compiler (CPU) or Triton (CUDA)",
@@ -330,13 +362,14 @@ class TrainConfig:
         "mlm: masked language modeling; electra: replaced-token detection (settings in the electra section); "
         "mlm+nsp / mlm+sop: MLM on sentence pairs plus BERT's next-sentence or ALBERT's sentence-order prediction",
     )
-    log_every: int = _quiet(10, "steps between metric lines in metrics.jsonl")
-    eval_every: int = _quiet(500, "steps between validation evaluations; 0 disables")
-    eval_max_blocks: int = _quiet(64, "validation blocks per evaluation during training")
+    log_every: int = _quiet(10, "steps between metric lines in metrics.jsonl", check=at_least(1))
+    eval_every: int = _quiet(500, "steps between validation evaluations; 0 disables", check=at_least(0))
+    eval_max_blocks: int = _quiet(64, "validation blocks per evaluation during training", check=at_least(1))
     max_nonfinite: int = _quiet(
         5,
         "stop after this many steps in a row skipped for a non-finite loss or gradient (checked at the next log, "
         "evaluation or checkpoint step: up to log_every - 1 steps later)",
+        check=at_least(1),
     )
     tensorboard: bool = _quiet(
         False, "also log to TensorBoard (needs the tensorboard package); as trackers: [tensorboard]"
@@ -346,15 +379,16 @@ class TrainConfig:
         None,
         "stop after this many training FLOPs (the objective's FLOPs per token x tokens, e.g. 1e15); the schedule "
         "stretches to fit; replaces the default max_steps, and contradicts max_tokens and a max_steps you set",
+        check=above(0),
     )
     trackers: list[Literal["tensorboard", "mlflow", "wandb"]] = _quiet(
-        [], "experiment trackers that get the resolved config and every metrics line (each an optional package)"
+        [],
+        "experiment trackers that get the resolved config and every metrics line (each an optional package)",
+        check=DISTINCT,
     )
 
     def validate(self) -> None:
-        _check(self.batch_size >= 1, "train.batch_size", f"must be >= 1 (got {self.batch_size})")
         if self.micro_batch_size is not None:
-            _check(self.micro_batch_size >= 1, "train.micro_batch_size", "must be >= 1")
             _check(
                 self.batch_size % self.micro_batch_size == 0,
                 "train.micro_batch_size",
@@ -369,36 +403,12 @@ class TrainConfig:
             "is null, and so are max_tokens, max_time and max_flops: set at least one budget",
         )
         self.validate_max_flops()
-        if self.max_steps is not None:
-            _check(self.max_steps >= 1, "train.max_steps", f"must be >= 1 (got {self.max_steps})")
-        if self.max_tokens is not None:
-            _check(self.max_tokens >= 1, "train.max_tokens", f"must be >= 1 (got {self.max_tokens})")
-        if self.pause_after is not None:
-            _check(self.pause_after >= 1, "train.pause_after", f"must be >= 1 (got {self.pause_after})")
-        seconds = parse_duration(self.max_time)
-        if seconds is not None:
-            _check(seconds > 0, "train.max_time", "must be > 0")
-        _check(
-            bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device)),
-            "train.device",
-            f"must be auto, cpu, cuda or cuda:N (got {shown(self.device)})",
-        )
-        _check(self.log_every >= 1, "train.log_every", "must be >= 1")
-        _check(self.eval_every >= 0, "train.eval_every", "must be >= 0")
-        _check(self.eval_max_blocks >= 1, "train.eval_max_blocks", "must be >= 1")
-        _check(self.max_nonfinite >= 1, "train.max_nonfinite", "must be >= 1")
-        _check(len(set(self.trackers)) == len(self.trackers), "train.trackers", "names a tracker twice")
 
     def validate_max_flops(self) -> None:
         """A FLOP budget sets the run's length alone: max_tokens counts the same tokens in another unit, and a
         max_steps beside it would end the run (and the schedule) somewhere else. max_time may still cap it."""
         if self.max_flops is None:
             return
-        _check(
-            math.isfinite(self.max_flops) and self.max_flops > 0,
-            "train.max_flops",
-            f"must be a finite number > 0 (got {self.max_flops})",
-        )
         for key in ("max_tokens", "max_steps"):
             value = getattr(self, key)
             _check(
@@ -420,31 +430,21 @@ class TrainConfig:
 
 @dataclass
 class CheckpointConfig:
-    save_every: int = _quiet(500, "steps between checkpoints (one is always written at the end); 0: only at the end")
-    keep_last: int = _quiet(3, "keep this many newest checkpoints; 0 keeps all")
+    save_every: int = _quiet(
+        500, "steps between checkpoints (one is always written at the end); 0: only at the end", check=at_least(0)
+    )
+    keep_last: int = _quiet(3, "keep this many newest checkpoints; 0 keeps all", check=at_least(0))
     keep_best: bool = _quiet(False, "also keep the checkpoint with the lowest validation loss")
     license: str = _quiet(
-        "other", "license in the model card's Hub metadata (e.g. apache-2.0, mit); other: none stated"
+        "other",
+        "license in the model card's Hub metadata (e.g. apache-2.0, mit); other: none stated",
+        check=LICENSE,
     )
     language: Union[str, list[str], None] = _quiet(
-        None, "language code(s) of the model card's Hub metadata (e.g. en); null: en for builtin corpora, else none"
+        None,
+        "language code(s) of the model card's Hub metadata (e.g. en); null: en for builtin corpora, else none",
+        check=LANGUAGES,
     )
-
-    def validate(self) -> None:
-        _check(self.save_every >= 0, "checkpoint.save_every", "must be >= 0")
-        _check(self.keep_last >= 0, "checkpoint.keep_last", "must be >= 0")
-        _check(
-            bool(re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", self.license)),
-            "checkpoint.license",
-            f"must be a Hub license identifier such as apache-2.0 or mit (got {shown(self.license)})",
-        )
-        languages = [self.language] if isinstance(self.language, str) else self.language or []
-        for language in languages:
-            _check(
-                bool(re.fullmatch(r"[a-z]{2,3}(-[A-Za-z0-9]+)*", language)),
-                "checkpoint.language",
-                f"must be language codes such as en or [en, de] (got {shown(language)})",
-            )
 
 
 @dataclass
@@ -452,39 +452,53 @@ class ReportConfig:
     html: bool = _quiet(
         True, "write RUN_DIR/report.html (plots and health checks) at each checkpoint; needs matplotlib"
     )
-    data_wait_share: float = _quiet(0.10, "health: the loop may wait for the next batch at most this share of the time")
+    data_wait_share: float = _quiet(
+        0.10, "health: the loop may wait for the next batch at most this share of the time", check=within(0, 1, "[]")
+    )
     spike_factor: float = _quiet(
-        1.5, "health: a logged loss above this multiple of the median of the lines before it is a spike"
+        1.5,
+        "health: a logged loss above this multiple of the median of the lines before it is a spike",
+        check=at_least(1),
     )
-    nonfinite_steps: int = _quiet(0, "health: most steps the run may skip for a non-finite loss or gradient")
+    nonfinite_steps: int = _quiet(
+        0, "health: most steps the run may skip for a non-finite loss or gradient", check=at_least(0)
+    )
     divergence_factor: float = _quiet(
-        1.3, "health: a final smoothed loss above this multiple of its minimum is divergence"
+        1.3,
+        "health: a final smoothed loss above this multiple of its minimum is divergence",
+        check=at_least(1),
     )
-    plateau_evals: int = _quiet(3, "health: evaluations without a new best validation loss that make a plateau")
-    plateau_lr_share: float = _quiet(0.5, "health: a plateau counts while lr is above this share of its peak")
-    overfit_epochs: float = _quiet(3.0, "health: passes over the training tokens before overfitting is looked for")
+    plateau_evals: int = _quiet(
+        3, "health: evaluations without a new best validation loss that make a plateau", check=at_least(1)
+    )
+    plateau_lr_share: float = _quiet(
+        0.5, "health: a plateau counts while lr is above this share of its peak", check=within(0, 1, "[]")
+    )
+    overfit_epochs: float = _quiet(
+        3.0, "health: passes over the training tokens before overfitting is looked for", check=at_least(0)
+    )
     overfit_gap: float = _quiet(
-        0.1, "health: growth of (validation - training loss) in nats that counts as overfitting"
+        0.1,
+        "health: growth of (validation - training loss) in nats that counts as overfitting",
+        check=at_least(0),
     )
-    unk_rate: float = _quiet(0.005, "health: largest acceptable share of [UNK] tokens in the validation split")
-    tokens_per_word: float = _quiet(2.0, "health: largest acceptable WordPiece tokens per whitespace word")
-    duplicate_share: float = _quiet(0.05, "health: largest acceptable share of exact duplicate training documents")
-    tokens_per_param: float = _quiet(20.0, "health: fewest training tokens per model parameter the run should plan for")
+    unk_rate: float = _quiet(
+        0.005, "health: largest acceptable share of [UNK] tokens in the validation split", check=within(0, 1, "[]")
+    )
+    tokens_per_word: float = _quiet(
+        2.0, "health: largest acceptable WordPiece tokens per whitespace word", check=at_least(1)
+    )
+    duplicate_share: float = _quiet(
+        0.05, "health: largest acceptable share of exact duplicate training documents", check=within(0, 1, "[]")
+    )
+    tokens_per_param: float = _quiet(
+        20.0, "health: fewest training tokens per model parameter the run should plan for", check=at_least(0)
+    )
     warmup_share: float = _quiet(
-        0.5, "health: largest share of the run that optim.warmup_steps (one-cycle: optim.cycle_peak) may take"
+        0.5,
+        "health: largest share of the run that optim.warmup_steps (one-cycle: optim.cycle_peak) may take",
+        check=within(0, 1, "[]"),
     )
-
-    def validate(self) -> None:
-        for name in ("data_wait_share", "plateau_lr_share", "unk_rate", "duplicate_share", "warmup_share"):
-            _check(
-                0.0 <= getattr(self, name) <= 1.0, f"report.{name}", f"must be in [0, 1] (got {getattr(self, name)})"
-            )
-        for name in ("spike_factor", "divergence_factor", "tokens_per_word"):
-            _check(getattr(self, name) >= 1.0, f"report.{name}", f"must be >= 1 (got {getattr(self, name)})")
-        for name in ("overfit_epochs", "overfit_gap", "tokens_per_param"):
-            _check(getattr(self, name) >= 0.0, f"report.{name}", f"must be >= 0 (got {getattr(self, name)})")
-        _check(self.nonfinite_steps >= 0, "report.nonfinite_steps", f"must be >= 0 (got {self.nonfinite_steps})")
-        _check(self.plateau_evals >= 1, "report.plateau_evals", f"must be >= 1 (got {self.plateau_evals})")
 
 
 @dataclass
@@ -500,29 +514,25 @@ class ProbeConfig:
     mode: Literal["linear", "finetune"] = _quiet(
         "linear", "linear: logistic regression on frozen pooled features (seconds); finetune: a copy is fine-tuned"
     )
-    every: int = _quiet(0, "steps between probes; 0: at each evaluation (train.eval_every) and at the end")
-    max_train_examples: Union[int, None] = _quiet(2000, "train examples the probe uses (a fixed sample); null: all")
+    every: int = _quiet(
+        0, "steps between probes; 0: at each evaluation (train.eval_every) and at the end", check=at_least(0)
+    )
+    max_train_examples: Union[int, None] = _quiet(
+        2000, "train examples the probe uses (a fixed sample); null: all", check=at_least(1)
+    )
     max_eval_examples: Union[int, None] = _quiet(
-        1000, "valid and test examples the probe uses (a fixed sample); null: all"
+        1000,
+        "valid and test examples the probe uses (a fixed sample); null: all",
+        check=at_least(1),
     )
     text_field: str = _quiet("text", "field holding the text (text_a/text_b are found on their own for pairs)")
     pair_field: Union[str, None] = _quiet(None, "field holding the second text of a sentence-pair task")
     label_field: str = _quiet("label", "field holding the label: int or string (classes) or float (regression)")
     pooling: Literal["mean", "cls"] = _quiet("mean", "linear mode: mean of the last layer over real tokens, or [CLS]")
-    max_length: int = _quiet(128, "tokens per example, longer ones are cut")
-    epochs: int = _quiet(1, "finetune mode: epochs over the train examples")
-    lr: float = _quiet(1e-4, "finetune mode: peak learning rate")
-    batch_size: int = _quiet(32, "examples per batch")
-
-    def validate(self) -> None:
-        _check(self.every >= 0, "probe.every", f"must be >= 0 (got {self.every})")
-        for name in ("max_train_examples", "max_eval_examples"):
-            value = getattr(self, name)
-            _check(value is None or value >= 1, f"probe.{name}", f"must be >= 1 or null (got {value})")
-        for name in ("max_length", "epochs", "batch_size"):
-            _check(getattr(self, name) >= 1, f"probe.{name}", f"must be >= 1 (got {getattr(self, name)})")
-        _check(self.max_length >= 8, "probe.max_length", f"must be >= 8 (got {self.max_length})")
-        _check(self.lr > 0, "probe.lr", f"must be > 0 (got {self.lr})")
+    max_length: int = _quiet(128, "tokens per example, longer ones are cut", check=at_least(8))
+    epochs: int = _quiet(1, "finetune mode: epochs over the train examples", check=at_least(1))
+    lr: float = _quiet(1e-4, "finetune mode: peak learning rate", check=above(0))
+    batch_size: int = _quiet(32, "examples per batch", check=at_least(1))
 
 
 PAIR_OBJECTIVES = ("mlm+nsp", "mlm+sop")  # objectives trained on sentence pairs (BertForPreTraining's two heads)
@@ -551,8 +561,11 @@ class Config:
         return dotted in self.stated or getattr(getattr(self, section), key) != field_default(section, key)
 
     def validate(self) -> None:
-        for section in SECTIONS:
-            getattr(self, section).validate()
+        for section in SECTIONS:  # each key's own check, then each section's rules between its keys
+            check_fields(section, getattr(self, section))
+            rules = getattr(getattr(self, section), "validate", None)
+            if rules is not None:
+                rules()
         if self.model.dropout is not None:  # model.dropout replaces both: a key the user set as well would be lost
             for name in ("hidden_dropout", "attention_dropout"):
                 value = getattr(self.model, name)
@@ -882,13 +895,36 @@ def replaceable_config(path: Path, config: Config) -> bool:
     return text.startswith(SAVED_CONFIG_HEADER) or text == config.to_yaml()
 
 
-def describe_fields() -> list[tuple[str, Any, str]]:
-    """(section.key, default, help) for every field, for docs and `config fields`."""
+def describe_fields() -> list[tuple[str, str, str, str]]:
+    """(section.key, default as YAML writes it, help, its check or "") for every field, for docs and
+    `config fields`."""
     return [
-        (f"{name}.{f.name}", field_default(name, f.name), f.metadata["help"])
+        (
+            f"{name}.{f.name}",
+            yaml_value(field_default(name, f.name)),
+            f.metadata["help"],
+            f.metadata["check"].says if f.metadata["check"] else _choices(section_hints(name)[f.name]),
+        )
         for name in SECTIONS
         for f in section_fields(name)
     ]
+
+
+def section_hints(section: str) -> dict[str, Any]:
+    """The type of each key of one section."""
+    return typing.get_type_hints(typing.get_type_hints(Config)[section])
+
+
+def _choices(annotation: Any) -> str:
+    """'must be one of a, b, c' for a key whose type lists its values; "" for any other."""
+    options = [a for a in typing.get_args(annotation) if typing.get_origin(a) is Literal] or [annotation]
+    values = [v for option in options if typing.get_origin(option) is Literal for v in typing.get_args(option)]
+    return f"must be one of {', '.join(values)}" if values else ""
+
+
+def yaml_value(value: Any) -> str:
+    """A value as it is written in a YAML config: null, true, 5.0e-04, [tensorboard], text unquoted."""
+    return yaml.safe_dump(value, default_flow_style=True, width=1_000_000).removesuffix("...\n").strip()
 
 
 def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -326,11 +326,11 @@ def config_show(config: Optional[Path] = ConfigOption, overrides: list[str] = Se
 
 @config_app.command("fields")
 def config_fields() -> None:
-    """List every config key with its default and meaning."""
+    """List every config key with its default (as YAML writes it), its meaning and the rule its value must meet."""
     from mlmtrain.config import describe_fields
 
-    for key, default, help_text in describe_fields():
-        typer.echo(f"{key} = {default!r}\n    {help_text}")
+    for key, default, help_text, check in describe_fields():
+        typer.echo(f"{key}: {default}" + (f"    ({check})" if check else "") + f"\n    {help_text}")
 
 
 def _normalise_argv(argv: list[str]) -> list[str]:

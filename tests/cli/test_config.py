@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ def test_defaults_are_valid_and_documented() -> None:
     assert isinstance(cfg, Config)
     rows = describe_fields()
     assert len(rows) > 40
-    assert all(help_text.strip() for _, _, help_text in rows)
+    assert all(help_text.strip() for _, _, help_text, _ in rows)
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
@@ -179,3 +180,27 @@ def test_a_dropout_key_stated_at_its_default_contradicts_model_dropout(tmp_path:
     saved = tmp_path / "mlmtrain.yaml"
     saved.write_text(cfg.to_yaml())
     assert load_config(saved).model.hidden_dropout_prob == 0.0
+
+
+def test_each_key_checks_its_own_value_and_config_fields_says_the_rule() -> None:
+    """The range of a key is declared beside its default; one generic pass checks every key, naming the key, the
+    rule and the value, and `config fields` prints the same rule with the default in YAML's spelling."""
+    from mlmtrain.config import Check, above, at_least, describe_fields, section_fields, within
+
+    assert [within(0, 1, ends).holds(value) for ends in ("[)", "(]") for value in (0, 1)] == [True, False, False, True]
+    assert at_least(8).says == "must be >= 8" and above(0).says == "must be > 0"
+    for key, value, says in (
+        ("probe.max_length", 4, "probe.max_length must be >= 8 (got 4)"),
+        ("report.unk_rate", 1.5, "report.unk_rate must be in [0, 1] (got 1.5)"),
+        ("optim.eps", 0, "optim.eps must be > 0 (got 0.0)"),
+        ("checkpoint.keep_last", -1, "checkpoint.keep_last must be >= 0 (got -1)"),
+    ):
+        with pytest.raises(UserError, match=re.escape(says)):
+            load_config(None, {key: value})
+    checks = {f"{s}.{f.name}": f.metadata["check"] for s in ("data", "optim", "train") for f in section_fields(s)}
+    assert all(isinstance(check, Check) for key, check in checks.items() if key in ("optim.lr", "data.seq_len"))
+    rows = {key: (default, rule) for key, default, _, rule in describe_fields()}
+    assert rows["optim.lr"] == ("0.0005", "must be > 0")
+    assert rows["data.validation"] == ("null", "")  # YAML's null, not Python's None
+    assert rows["data.text_field"][0] == "text" and rows["train.trackers"][0] == "[]"
+    assert rows["optim.schedule"] == ("linear", "must be one of linear, cosine, constant, one-cycle")
