@@ -75,6 +75,11 @@ def _trains(default: Any, help: str, check: Optional[Check] = None) -> Any:
     return _f(default, help, resume="note", check=check)
 
 
+def _health(default: Any, help: str, check: Check) -> Any:
+    """A threshold of the report's health checks: changes no weight."""
+    return _quiet(default, f"health: {help}", check)
+
+
 def _quiet(default: Any, help: str, check: Optional[Check] = None) -> Any:
     """A key that changes no weight (a folder, a cadence, an evaluation or report setting): `_f` with
     resume="silent"."""
@@ -452,51 +457,45 @@ class ReportConfig:
     html: bool = _quiet(
         True, "write RUN_DIR/report.html (plots and health checks) at each checkpoint; needs matplotlib"
     )
-    data_wait_share: float = _quiet(
-        0.10, "health: the loop may wait for the next batch at most this share of the time", check=within(0, 1, "[]")
+    data_wait_share: float = _health(
+        0.10, "the loop may wait for the next batch at most this share of the time", within(0, 1, "[]")
     )
-    spike_factor: float = _quiet(
+    spike_factor: float = _health(
         1.5,
-        "health: a logged loss above this multiple of the median of the lines before it is a spike",
+        "a logged loss above this multiple of the median of the lines before it is a spike",
         check=at_least(1),
     )
-    nonfinite_steps: int = _quiet(
-        0, "health: most steps the run may skip for a non-finite loss or gradient", check=at_least(0)
-    )
-    divergence_factor: float = _quiet(
+    nonfinite_steps: int = _health(0, "most steps the run may skip for a non-finite loss or gradient", at_least(0))
+    divergence_factor: float = _health(
         1.3,
-        "health: a final smoothed loss above this multiple of its minimum is divergence",
+        "a final smoothed loss above this multiple of its minimum is divergence",
         check=at_least(1),
     )
-    plateau_evals: int = _quiet(
-        3, "health: evaluations without a new best validation loss that make a plateau", check=at_least(1)
+    plateau_evals: int = _health(3, "evaluations without a new best validation loss that make a plateau", at_least(1))
+    plateau_lr_share: float = _health(
+        0.5, "a plateau counts while lr is above this share of its peak", within(0, 1, "[]")
     )
-    plateau_lr_share: float = _quiet(
-        0.5, "health: a plateau counts while lr is above this share of its peak", check=within(0, 1, "[]")
+    overfit_epochs: float = _health(
+        3.0, "passes over the training tokens before overfitting is looked for", at_least(0)
     )
-    overfit_epochs: float = _quiet(
-        3.0, "health: passes over the training tokens before overfitting is looked for", check=at_least(0)
-    )
-    overfit_gap: float = _quiet(
+    overfit_gap: float = _health(
         0.1,
-        "health: growth of (validation - training loss) in nats that counts as overfitting",
+        "growth of (validation - training loss) in nats that counts as overfitting",
         check=at_least(0),
     )
-    unk_rate: float = _quiet(
-        0.005, "health: largest acceptable share of [UNK] tokens in the validation split", check=within(0, 1, "[]")
+    unk_rate: float = _health(
+        0.005, "largest acceptable share of [UNK] tokens in the validation split", within(0, 1, "[]")
     )
-    tokens_per_word: float = _quiet(
-        2.0, "health: largest acceptable WordPiece tokens per whitespace word", check=at_least(1)
+    tokens_per_word: float = _health(2.0, "largest acceptable WordPiece tokens per whitespace word", at_least(1))
+    duplicate_share: float = _health(
+        0.05, "largest acceptable share of exact duplicate training documents", within(0, 1, "[]")
     )
-    duplicate_share: float = _quiet(
-        0.05, "health: largest acceptable share of exact duplicate training documents", check=within(0, 1, "[]")
+    tokens_per_param: float = _health(
+        20.0, "fewest training tokens per model parameter the run should plan for", at_least(0)
     )
-    tokens_per_param: float = _quiet(
-        20.0, "health: fewest training tokens per model parameter the run should plan for", check=at_least(0)
-    )
-    warmup_share: float = _quiet(
+    warmup_share: float = _health(
         0.5,
-        "health: largest share of the run that optim.warmup_steps (one-cycle: optim.cycle_peak) may take",
+        "largest share of the run that optim.warmup_steps (one-cycle: optim.cycle_peak) may take",
         check=within(0, 1, "[]"),
     )
 
