@@ -814,7 +814,8 @@ def _build_section(name: str, cls: type, values: Any) -> Any:
     kwargs = {}
     for key, value in values.items():
         if key not in known:
-            raise UserError("config", f"unknown key '{name}.{key}'{_suggest(str(key), known, name + '.')}")
+            where = shown(f"{name}.{key}")  # a key may be megabytes long: quoted short
+            raise UserError("config", f"unknown key {where}{_suggest(str(key)[:100], known, name + '.')}")
         ok, coerced = _coerce(value, hints[key])
         if not ok:
             raise UserError("config", f"{name}.{key} must be {_type_name(hints[key])} (got {_got(value)})")
@@ -830,7 +831,7 @@ def config_from_dict(tree: dict[str, Any]) -> Config:
     """A validated Config from a nested dict of sections."""
     for name in tree:
         if name not in SECTIONS:
-            raise UserError("config", f"unknown section '{name}'{_suggest(str(name), list(SECTIONS))}")
+            raise UserError("config", f"unknown section {shown(str(name))}{_suggest(str(name)[:100], list(SECTIONS))}")
     hints = typing.get_type_hints(Config)
     config = Config(**{name: _build_section(name, hints[name], tree.get(name)) for name in SECTIONS})
     config.stated = frozenset(f"{name}.{key}" for name in SECTIONS for key in tree.get(name) or {})

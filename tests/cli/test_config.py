@@ -204,3 +204,9 @@ def test_each_key_checks_its_own_value_and_config_fields_says_the_rule() -> None
     assert rows["data.validation"] == ("null", "")  # YAML's null, not Python's None
     assert rows["data.text_field"][0] == "text" and rows["train.trackers"][0] == "[]"
     assert rows["optim.schedule"] == ("linear", "must be one of linear, cosine, constant, one-cycle")
+
+
+def test_an_unknown_key_of_a_megabyte_is_quoted_short() -> None:
+    with pytest.raises(UserError) as info:
+        load_config(None, {"optim." + "x" * 1_000_000: 1})
+    assert len(str(info.value)) < 400 and "(1,000,006 characters)" in str(info.value)
