@@ -447,7 +447,7 @@ class CheckpointConfig:
     )
     language: Union[str, list[str], None] = _quiet(
         None,
-        "language code(s) of the model card's Hub metadata (e.g. en); null: en for builtin corpora, else none",
+        "language code(s) of the model card's Hub metadata (e.g. en); null: none claimed",
         check=LANGUAGES,
     )
 

@@ -101,11 +101,9 @@ def hub_datasets(cfg: Config) -> list[str]:
 
 
 def _languages(cfg: Config) -> list[str]:
+    """checkpoint.language as a list: the card claims a language only where the user stated one."""
     language = cfg.checkpoint.language
-    if language is not None:
-        return [language] if isinstance(language, str) else list(language)
-    sources = [cfg.data.train] if isinstance(cfg.data.train, str) else list(cfg.data.train)
-    return ["en"] if all(source.startswith("builtin:") for source in sources) else []  # the Python docs are English
+    return [] if language is None else [language] if isinstance(language, str) else list(language)
 
 
 def _is_electra(model: dict[str, Any]) -> bool:
@@ -163,8 +161,8 @@ def _parameters(folder: Path) -> int:
     return total
 
 
-def _table(rows: list[tuple[str, Any]]) -> str:
-    return "| | |\n|---|---|\n" + "".join(f"| {name} | {value} |\n" for name, value in rows)
+def _table(header: tuple[str, str], rows: list[tuple[str, Any]]) -> str:
+    return f"| {header[0]} | {header[1]} |\n|---|---|\n" + "".join(f"| {name} | {value} |\n" for name, value in rows)
 
 
 def _model_section(model: dict[str, Any], folder: Path) -> str:
@@ -178,7 +176,7 @@ def _model_section(model: dict[str, Any], folder: Path) -> str:
         ("embedding rows", model.get("vocab_size")),
         ("parameters", f"{_parameters(folder):,}"),
     ]
-    return "## Model\n\n" + _table(rows)
+    return "## Model\n\n" + _table(("property", "value"), rows)
 
 
 def _tokenizer_section(cfg: Config, folder: Path) -> str:
@@ -233,7 +231,7 @@ def _training_section(cfg: Config, step: int, metrics: dict[str, Any], state: di
         ("training time", f"{elapsed:,.0f} s" if isinstance(elapsed, (int, float)) else "n/a"),
         ("seed", cfg.train.seed),
     ]
-    return "## Training\n\n" + _table(rows)
+    return "## Training\n\n" + _table(("setting", "value"), rows)
 
 
 def _figure(value: Any) -> str:
@@ -252,7 +250,19 @@ def _scores_section(title: str, prefix: str, records: list[dict[str, Any]], step
         figures.update({k: v for k, v in saved.items() if k.startswith(prefix) and v is not None})
     rows = [(_FIGURES.get(key, key), _figure(value)) for key, value in figures.items()]
     where = "this step" if found["step"] == step else f"step {found['step']:,}"
-    return f"## {title}\n\nAt {where} (fixed evaluation masks and seeds):\n\n" + _table(rows)
+    base = _base_figures(records, prefix) if found["step"] > 0 else {}
+    if base:  # a continued run evaluated its base at step 0: the base's figure beside each of this checkpoint's
+        rows = [(name, f"{value} (base: {_figure(base[key])})" if key in base else value)
+                for (name, value), key in zip(rows, figures, strict=True)]  # fmt: skip
+    return f"## {title}\n\nAt {where} (fixed evaluation masks and seeds):\n\n" + _table(("figure", "value"), rows)
+
+
+def _base_figures(records: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
+    """The step-0 figures with `prefix` (a continued run's evaluation of its base, before any update); {} without."""
+    first = next(
+        (record for record in records if record["step"] == 0 and any(k.startswith(prefix) for k in record)), {}
+    )
+    return {k: v for k, v in first.items() if k.startswith(prefix) and k not in _NOT_FIGURES}
 
 
 def _loading_section(cfg: Config) -> str:

@@ -162,6 +162,9 @@ def test_continued_run_starts_at_the_bases_perplexity_learns_and_keeps_its_token
     independent = evaluate_texts(mlm, tokenizer, texts, 32, cfg.masking, cfg.masking.eval_seed, 8, torch.device("cpu"))
     assert evals[0]["eval_masked_tokens"] == independent.masked_tokens
     assert evals[0]["eval_ppl"] == pytest.approx(independent.perplexity, rel=1e-6)
+    card = (final / "README.md").read_text()  # the card sets the base's own figure beside the checkpoint's
+    assert f"| validation perplexity | {evals[-1]['eval_ppl']:.4f} (base: {evals[0]['eval_ppl']:.4f}) |" in card
+    assert "| | |" not in card and "language" not in card.split("---")[1]  # headed tables; no language unstated
     assert tokenizer_fingerprint(AutoTokenizer.from_pretrained(str(final))) == tokenizer_fingerprint(
         AutoTokenizer.from_pretrained(str(base))
     )
