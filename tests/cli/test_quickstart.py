@@ -69,6 +69,18 @@ def test_quickstart_end_to_end(tmp_path: Path) -> None:
     assert 1 < result["perplexity"] < 1000
     assert result["masked_tokens"] > 0
 
+    held_out = mlmtrain(  # README's form: the run's own held-out validation split
+        "eval-perplexity",
+        "--model",
+        str(latest),
+        "--config",
+        str(REPO / "configs" / "quickstart.yaml"),
+        "--json",
+        cwd=tmp_path,
+    )
+    assert held_out.returncode == 0, held_out.stderr
+    assert 1 < json.loads(held_out.stdout)["perplexity"] < 5000
+
     again = mlmtrain("pretrain", "--config", str(REPO / "configs" / "quickstart.yaml"), *shrink, cwd=tmp_path)
     assert again.returncode == 2
     assert "--resume" in again.stderr and "Traceback" not in again.stderr
