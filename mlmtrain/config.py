@@ -534,7 +534,6 @@ class ProbeConfig:
     batch_size: int = _quiet(32, "examples per batch", check=at_least(1))
 
 
-PAIR_OBJECTIVES = ("mlm+nsp", "mlm+sop")  # objectives trained on sentence pairs (BertForPreTraining's two heads)
 MIN_SEGMENT = 4  # tokens each segment of a sentence pair holds at least
 
 
@@ -547,7 +546,8 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    electra: ElectraConfig = field(default_factory=ElectraConfig)
+    # a section that one objective alone reads names it: refused with any other, left out of their saved configs
+    electra: ElectraConfig = field(default_factory=ElectraConfig, metadata={"objective": "electra"})
     report: ReportConfig = field(default_factory=ReportConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     # the `section.key`s the YAML file and the overrides state (`config_from_dict`); not a section
@@ -573,16 +573,8 @@ class Config:
                     f"model.{name}",
                     f"({value}) contradicts model.dropout ({self.model.dropout}); set one of them",
                 )
-        if self.train.objective in PAIR_OBJECTIVES:
-            self.validate_pairs()
-        if self.train.objective == "electra":
-            shape = self.electra.generator_shape(self.model)
-            _check(
-                shape["hidden_size"] % shape["num_heads"] == 0,
-                "electra.generator_size",
-                f"gives a generator of hidden size {shape['hidden_size']} and {shape['num_heads']} heads, which do "
-                "not divide; choose a share that keeps hidden size / heads whole (e.g. 0.25 or 0.5)",
-            )
+        if objective_rule := OBJECTIVE_RULES.get(self.train.objective):
+            objective_rule(self)
         _check(
             not self.tokenizer.extend_vocab or bool(self.model.init_from),
             "tokenizer.extend_vocab",
@@ -606,6 +598,16 @@ class Config:
             "probe.max_length",
             f"({self.probe.max_length}) must be <= model.max_position_embeddings "
             f"({self.model.max_position_embeddings})",
+        )
+
+    def validate_electra(self) -> None:
+        """The generator's share of the model's width keeps its heads whole."""
+        shape = self.electra.generator_shape(self.model)
+        _check(
+            shape["hidden_size"] % shape["num_heads"] == 0,
+            "electra.generator_size",
+            f"gives a generator of hidden size {shape['hidden_size']} and {shape['num_heads']} heads, which do "
+            "not divide; choose a share that keeps hidden size / heads whole (e.g. 0.25 or 0.5)",
         )
 
     def validate_pairs(self) -> None:
@@ -637,8 +639,8 @@ class Config:
         tree["model"].update(
             hidden_dropout=self.model.hidden_dropout_prob, attention_dropout=self.model.attention_dropout_prob
         )
-        if self.train.objective != "electra":
-            del tree["electra"]  # an MLM run's saved config stays loadable: the section is ELECTRA-only
+        for section in other_objectives_sections(self.train.objective):
+            del tree[section]  # e.g. an MLM run's saved config stays loadable: the electra section is ELECTRA-only
         return tree
 
     def to_yaml(self) -> str:
@@ -646,6 +648,20 @@ class Config:
 
 
 SECTIONS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config))
+# Each train.objective's config checks beyond its sections' own. The objectives themselves are the classes of
+# train/objectives/, which config, the lowest layer, cannot import.
+OBJECTIVE_RULES: dict[str, Callable[[Config], None]] = {
+    "electra": Config.validate_electra,
+    "mlm+nsp": Config.validate_pairs,
+    "mlm+sop": Config.validate_pairs,
+}
+
+
+def other_objectives_sections(objective: str) -> dict[str, str]:
+    """{section: the objective that alone reads it} of the sections another objective than `objective` reads (their
+    field's metadata names it)."""
+    owners = {f.name: f.metadata.get("objective") for f in dataclasses.fields(Config)}
+    return {section: owner for section, owner in owners.items() if owner not in (None, objective)}
 
 
 def section_fields(section: str) -> tuple[dataclasses.Field, ...]:
@@ -837,13 +853,13 @@ def config_from_dict(tree: dict[str, Any]) -> Config:
     config.stated = frozenset(f"{name}.{key}" for name in SECTIONS for key in tree.get(name) or {})
     if config.train.max_flops is not None and "train.max_steps" not in config.stated:
         config.train.max_steps = None  # a FLOP budget replaces the default step budget, not one the user set
-    electra_keys = sorted(tree.get("electra") or {})
-    if electra_keys and config.train.objective != "electra":
-        raise UserError(
-            "config",
-            f"electra.{electra_keys[0]} is set but train.objective is '{config.train.objective}'; "
-            "set train.objective: electra, or drop the electra section",
-        )
+    for section, owner in other_objectives_sections(config.train.objective).items():
+        if stated := sorted(tree.get(section) or {}):
+            raise UserError(
+                "config",
+                f"{section}.{stated[0]} is set but train.objective is '{config.train.objective}'; "
+                f"set train.objective: {owner}, or drop the {section} section",
+            )
     config.validate()
     return config
 

@@ -40,7 +40,7 @@ MOST_REPLACED = 0.25
 def masking_rate_note(cfg: Config) -> Optional[str]:
     """A start-line note for an ELECTRA run that replaces more than MOST_REPLACED of the tokens; None otherwise."""
     rate = cfg.masking.mlm_probability
-    if cfg.train.objective != "electra" or rate <= MOST_REPLACED:
+    if rate <= MOST_REPLACED:
         return None
     return (
         f"note: this ELECTRA run replaces {rate:.0%} of the tokens (masking.mlm_probability); at 40 % its "
@@ -166,7 +166,7 @@ class ElectraPretraining(torch.nn.Module):
     """Generator + discriminator with shared embeddings: the one module the loop wraps (DDP, torch.compile).
 
     `forward` returns the float32 sums of the two loss terms [generator NLL over selected positions, BCE over scored
-    positions]: the loop divides each by its count over the whole global batch and weighs them (`objective.Objective`).
+    positions]: the loop divides each by its count over the whole global batch and weighs them (`train/objectives/`).
     `save_pretrained` writes the discriminator into a folder and the generator into its `generator/`.
     """
 

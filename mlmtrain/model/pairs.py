@@ -36,9 +36,17 @@ class PairWindows:
     """The windows of a token-store split that pair blocks are cut from: window i is block i."""
 
     def __init__(
-        self, store: TokenStore, seq_len: int, objective: str, sentence_end_ids: Sequence[int], cls_id: int, sep_id: int
+        self,
+        store: TokenStore,
+        seq_len: int,
+        objective: str,
+        next_sentence: bool,
+        sentence_end_ids: Sequence[int],
+        cls_id: int,
+        sep_id: int,
     ) -> None:
-        self.store, self.objective, self.cls_id, self.sep_id = store, objective, cls_id, sep_id
+        """`objective` names the train.objective in errors; `next_sentence`: NSP's false B (else SOP's swap)."""
+        self.store, self.next_sentence, self.cls_id, self.sep_id = store, next_sentence, cls_id, sep_id
         self.body = seq_len - 3  # room for A and B beside [CLS], [SEP], [SEP]
         ends = np.asarray(store.doc_ends, dtype=np.int64)
         starts = np.concatenate(([0], ends[:-1]))
@@ -52,7 +60,7 @@ class PairWindows:
         self.length = np.minimum(self.body, lengths[self.doc] - within * self.body)
         self.sentence_ends = np.asarray(sorted(set(sentence_end_ids)), dtype=np.int64)
         documents = int((counts > 0).sum())
-        needed = 2 if objective == "mlm+nsp" else 1  # NSP draws its false B from another document
+        needed = 2 if next_sentence else 1  # NSP draws its false B from another document
         if documents < needed:
             raise UserError(
                 "data",
@@ -96,7 +104,7 @@ class PairWindows:
         split = self.cut(window, generator)
         first, second = window[:split], window[split:]
         label = int(generator.random() < 0.5)
-        if label and self.objective == "mlm+nsp":
+        if label and self.next_sentence:
             second = self.other_span(index, len(second), generator)
         elif label:
             first, second = second, first
@@ -143,11 +151,11 @@ def sentence_end_ids(tokenizer: Any) -> list[int]:
     return [i for i in ids if i is not None and i != tokenizer.unk_token_id]
 
 
-def pair_windows(cfg: Config, store: TokenStore, tokenizer: Any) -> PairWindows:
-    """The pair windows of one split of the run's token store."""
+def pair_windows(cfg: Config, store: TokenStore, tokenizer: Any, next_sentence: bool) -> PairWindows:
+    """The pair windows of one split of the run's token store: NSP's (`next_sentence`) or SOP's."""
     ids = sentence_end_ids(tokenizer)
     return PairWindows(
-        store, cfg.data.seq_len, cfg.train.objective, ids, tokenizer.cls_token_id, tokenizer.sep_token_id
+        store, cfg.data.seq_len, cfg.train.objective, next_sentence, ids, tokenizer.cls_token_id, tokenizer.sep_token_id
     )
 
 

@@ -1,2 +1,2 @@
-"""Pretraining: the loop, one optimizer step, the objective, precision, checkpoints and their model card, the run
-folder's guard, starting from an existing model."""
+"""Pretraining: the loop, one optimizer step, the objectives (one class each), precision, checkpoints and their
+model card, the run folder's guard, starting from an existing model."""

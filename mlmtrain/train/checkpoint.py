@@ -25,15 +25,16 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 
-from mlmtrain.config import PAIR_OBJECTIVES, TRAINING_KEYS, Config, records_setting, save_config
+from mlmtrain.config import TRAINING_KEYS, Config, records_setting, save_config
 from mlmtrain.data.tokenizer import TOKENIZER_FILES, load_tokenizer, save_tokenizer_files, tokenizer_fingerprint
 from mlmtrain.errors import UserError, first_line, loader_worker_died, shown
 from mlmtrain.model.pooler import add_pooler
 from mlmtrain.readers import read_json, read_saved_yaml
 from mlmtrain.runtime.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.runtime.files import remove_dead_leftovers, write_failure
-from mlmtrain.runtime.model_folder import from_pretrained, model_config
+from mlmtrain.runtime.model_folder import model_config
 from mlmtrain.train.model_card import write_model_card
+from mlmtrain.train.objectives import Objective, objective_class, objective_of, saved_objective
 
 COMPLETE = "COMPLETE"
 STATE_FILE = "training_state.pt"
@@ -492,9 +493,10 @@ def _read_model_config(folder: Path) -> dict[str, Any]:
     return model_config(folder, topic="checkpoint", fix="resume from another one")
 
 
-def _planned_models(cfg: Config, vocab: Any) -> dict[str, tuple[Any, dict[str, str]]]:
+def _planned_models(objective: Objective) -> dict[str, tuple[Any, dict[str, str]]]:
     """The model configs the run would build, by subfolder of a checkpoint, each with the settings that decide its
     keys (to name them in an error)."""
+    vocab = objective.vocab
     decided = {
         "hidden_size": "model.hidden_size",
         "num_hidden_layers": "model.num_layers",
@@ -504,37 +506,19 @@ def _planned_models(cfg: Config, vocab: Any) -> dict[str, tuple[Any, dict[str, s
         "max_position_embeddings": "model.max_position_embeddings",
         "vocab_size": f"the tokenizer's {vocab.vocab_size} tokens rounded up to model.pad_vocab_multiple",
     }
-    if cfg.train.objective != "electra":
-        from mlmtrain.model.bert import bert_config
-
-        return {"": (bert_config(cfg.model, vocab.vocab_size, vocab.pad_id), decided)}
-    from mlmtrain.model.electra import GENERATOR_DIR, electra_configs
-
-    discriminator, generator = electra_configs(cfg, vocab)
-    layers = "electra.generator_layers" + ("" if cfg.electra.generator_layers else ", null: model.num_layers")
-    by_generator = {
-        key: "electra.generator_size" for key in ("hidden_size", "num_attention_heads", "intermediate_size")
-    }
-    return {
-        "": (discriminator, decided),
-        GENERATOR_DIR: (generator, {**decided, **by_generator, "num_hidden_layers": layers}),
-    }
+    return objective.planned_models(decided)
 
 
 def _saved_model_configs(folder: Path, cfg: Config) -> dict[str, Any]:
     """The config.json of each model in the checkpoint, by subfolder, as transformers configs of the objective's
     kind (keys a file lacks get this transformers' defaults)."""
-    from transformers import BertConfig, ElectraConfig
-
-    from mlmtrain.model.electra import GENERATOR_DIR
-
-    electra = cfg.train.objective == "electra"
+    kind = objective_class(cfg)
     found = {}
-    for subfolder in ("", GENERATOR_DIR) if electra else ("",):
+    for subfolder in kind.model_folders:
         where = Path(folder) / subfolder if subfolder else Path(folder)
         saved = _read_model_config(where)
         try:
-            found[subfolder] = (ElectraConfig if electra else BertConfig).from_dict(saved)
+            found[subfolder] = kind.config_class().from_dict(saved)
         except Exception as error:  # transformers 5 validates the values' types, each kind of error its own way
             raise UserError(
                 "checkpoint",
@@ -550,19 +534,16 @@ def check_model_shape(folder: Path, cfg: Config) -> None:
     so a key the config changed would be ignored while the run's mlmtrain.yaml recorded it."""
     from mlmtrain.data.masking import VocabInfo
 
-    saved = _read_model_config(folder)
-    objectives = {"bert": "mlm", "electra": "electra"}  # the model type each objective saves
-    saved_objective = objectives.get(saved.get("model_type"), saved.get("model_type"))
-    if "BertForPreTraining" in (saved.get("architectures") or []):
-        saved_objective = saved_pair_objective(folder)
-    if saved_objective != cfg.train.objective:
+    trained_with = saved_objective(folder, _read_model_config(folder))
+    if trained_with != cfg.train.objective:
         raise UserError(
             "checkpoint",
-            f"{folder} was trained with train.objective {saved_objective}, the config says {cfg.train.objective}; "
-            f"resume with train.objective: {saved_objective}, or start afresh with --overwrite",
+            f"{folder} was trained with train.objective {trained_with}, the config says {cfg.train.objective}; "
+            f"resume with train.objective: {trained_with}, or start afresh with --overwrite",
         )
     found = _saved_model_configs(folder, cfg)  # before the tokenizer, whose loading reads config.json too
-    for subfolder, (planned, decided) in _planned_models(cfg, VocabInfo.from_tokenizer(load_tokenizer(folder))).items():
+    objective = objective_of(cfg, VocabInfo.from_tokenizer(load_tokenizer(folder)))
+    for subfolder, (planned, decided) in _planned_models(objective).items():
         where, there = Path(folder) / subfolder if subfolder else Path(folder), found[subfolder]
         for key in _ARCHITECTURE_KEYS:
             if not hasattr(planned, key) or getattr(there, key, None) == getattr(planned, key):
@@ -607,15 +588,6 @@ def setting_changes(folder: Path, cfg: Config) -> list[str]:
     return changes
 
 
-def saved_pair_objective(folder: Path) -> str:
-    """Which pair objective trained a BertForPreTraining checkpoint: its mlmtrain.yaml says (mlm+nsp, BERT's own
-    objective, when the file is missing or says nothing of use)."""
-    saved = read_saved_yaml(Path(folder) / "mlmtrain.yaml") or {}
-    train = saved.get("train")
-    objective = train.get("objective") if isinstance(train, dict) else None
-    return objective if objective in PAIR_OBJECTIVES else PAIR_OBJECTIVES[0]
-
-
 def other_tokenizer_message(folder: Path, cfg: Config) -> str:
     """Why a resume with this tokenizer cannot work, and the way back: the checkpoint's own tokenizer."""
     if cfg.model.init_from:  # the tokenizer is the base's (extended or not): the run's own settings make it again
@@ -632,11 +604,8 @@ def other_tokenizer_message(folder: Path, cfg: Config) -> str:
 def load_resume_model(folder: Path, cfg: Config, fingerprint: str) -> Any:
     """The checkpoint's model, after checking it belongs to this config and tokenizer; the config's dropout
     applies (`dropout_changes` says which differ)."""
-    from transformers import BertForMaskedLM, BertForPreTraining
-
     from mlmtrain.data.masking import VocabInfo
     from mlmtrain.model.context import quiet_transformers
-    from mlmtrain.model.electra import load_electra
 
     check_model_shape(folder, cfg)
     tokenizer = load_tokenizer(folder)
@@ -645,11 +614,7 @@ def load_resume_model(folder: Path, cfg: Config, fingerprint: str) -> Any:
     dropout = _config_dropout(cfg)
     try:
         with quiet_transformers():  # no load report for the pooler the checkpoint holds beside the masked-LM model
-            if cfg.train.objective == "electra":
-                return load_electra(folder, cfg, VocabInfo.from_tokenizer(tokenizer), **dropout)
-            # the pair objectives train (and save) BERT's pre-training heads
-            model_class = BertForPreTraining if cfg.train.objective in PAIR_OBJECTIVES else BertForMaskedLM
-            return from_pretrained(model_class, folder, attn_implementation="sdpa", **dropout)
+            return objective_of(cfg, VocabInfo.from_tokenizer(tokenizer)).load(folder, dropout)
     except UserError:
         raise
     except Exception as error:  # truncated safetensors and friends

@@ -136,7 +136,9 @@ def resolve_init_from(cfg: Config, check_weights: bool = True, resumed: Optional
     name = cfg.model.init_from
     if not name:
         return
-    if cfg.train.objective != "mlm":
+    from mlmtrain.train.objectives import objective_class  # here: `config show` need not load transformers
+
+    if not objective_class(cfg).continues_a_model:
         raise _refuse(
             f"is set with train.objective {cfg.train.objective}; starting {cfg.train.objective} from an existing "
             "model is not supported: drop model.init_from or use train.objective: mlm"

@@ -14,13 +14,13 @@ from typing import Any, Optional
 
 import torch
 
-from mlmtrain.config import PAIR_OBJECTIVES, Config, save_config
-from mlmtrain.data.blocks import StoreBlocks, evaluation_blocks
+from mlmtrain.config import Config, save_config
+from mlmtrain.data.blocks import evaluation_blocks
+from mlmtrain.data.masking import VocabInfo
 from mlmtrain.data.store import TokenStore, tokenize_corpus
 from mlmtrain.data.tokenizer import tokenizer_fingerprint
 from mlmtrain.errors import UserError, first_line, interrupt_on_sigterm, loader_worker_died
 from mlmtrain.evaluate.probe import LiveProbe, ProbeDiverged, Task, live_task, metric_record
-from mlmtrain.model.electra import masking_rate_note
 from mlmtrain.report.page import LiveReport
 from mlmtrain.runtime.distributed import DistContext, gather_objects, init_distributed, on_main, peer_lost, teardown
 from mlmtrain.runtime.files import write_failure
@@ -35,7 +35,7 @@ from mlmtrain.train.init_from import (
     second_phase_note,
     write_added_words,
 )
-from mlmtrain.train.objective import evaluate_trained
+from mlmtrain.train.objectives import Evaluation, objective_of
 from mlmtrain.train.plan import RateMeter, forecast
 from mlmtrain.train.step import (
     StepResult,
@@ -138,19 +138,9 @@ def eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
     """Validation blocks for training-time evaluation (None when the validation split has no full block)."""
     if not cfg.data.use_store:
         return None
-    try:
-        if cfg.train.objective in PAIR_OBJECTIVES:  # fixed pairs of the validation documents
-            from mlmtrain.model.pairs import pair_windows
-
-            windows = pair_windows(cfg, TokenStore(cfg.store_dir, "validation"), tokenizer)
-            return windows, evaluation_blocks(windows, cfg.train.eval_max_blocks)
-        blocks = StoreBlocks(
-            TokenStore(cfg.store_dir, "validation"),
-            cfg.data.seq_len,
-            True,
-            tokenizer.cls_token_id,
-            tokenizer.sep_token_id,
-        )
+    objective = objective_of(cfg, VocabInfo.from_tokenizer(tokenizer))
+    try:  # packed blocks, or the pair objectives' fixed pairs of the validation documents
+        blocks = objective.validation_blocks(TokenStore(cfg.store_dir, "validation"), tokenizer)
     except UserError as error:
         say(f"evaluation disabled: {error.message}")
         return None
@@ -212,7 +202,7 @@ def _announce(setup: TrainingSetup, run_dir: Path, resume_from: Optional[Path]) 
     )
     if setup.precision.warning:
         say(setup.precision.warning)
-    if note := masking_rate_note(cfg):
+    if note := setup.objective.start_note():
         say(note)
     if setup.saved and setup.saved.get("world_size", 1) != ctx.world_size:
         say(
@@ -367,16 +357,8 @@ class Loop:
         if self.eval_set is None or not self.ctx.is_main:
             return None
         setup, blocks, indices = self.setup, *self.eval_set
-        metrics, summary = evaluate_trained(
-            self.cfg,
-            setup.mlm,
-            setup.vocab,
-            blocks,
-            indices,
-            setup.layout.micro_batch_size,
-            self.ctx.device,
-            setup.autocast_dtype,
-        )
+        on = Evaluation(setup.layout.micro_batch_size, self.ctx.device, setup.autocast_dtype)
+        metrics, summary = setup.objective.evaluate(setup.mlm, blocks, indices, on)
         reporter.log({"step": self.state.step, "tokens": self.state.tokens, "flops": self.state.flops, **metrics})
         reporter.message(f"step {self.state.step}: {summary}")
         return metrics["eval_loss"]

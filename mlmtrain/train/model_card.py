@@ -20,6 +20,7 @@ import yaml
 from mlmtrain.config import Config, names_hub_repository, published_value, published_yaml
 from mlmtrain.readers import load_json_text, read_json
 from mlmtrain.train.init_from import ADDED_WORDS, added_words
+from mlmtrain.train.objectives import objective_class
 
 CARD = "README.md"
 # how the card names the validation and probe figures of metrics.jsonl (others keep their key)
@@ -49,7 +50,7 @@ def write_model_card(
     records = _records_up_to(Path(run_dir) / "metrics.jsonl", step)
     body = "\n".join(
         [
-            _front_matter(cfg, model),
+            _front_matter(cfg),
             _summary(cfg, model, folder, step),
             _model_section(model, folder),
             _tokenizer_section(cfg, folder),
@@ -106,15 +107,11 @@ def _languages(cfg: Config) -> list[str]:
     return [] if language is None else [language] if isinstance(language, str) else list(language)
 
 
-def _is_electra(model: dict[str, Any]) -> bool:
-    return model.get("model_type") == "electra"
-
-
-def _front_matter(cfg: Config, model: dict[str, Any]) -> str:
-    electra = _is_electra(model)
+def _front_matter(cfg: Config) -> str:
+    objective = objective_class(cfg)
     meta: dict[str, Any] = {
         "library_name": "transformers",
-        "pipeline_tag": "feature-extraction" if electra else "fill-mask",
+        "pipeline_tag": objective.card_pipeline_tag,
         "license": cfg.checkpoint.license,
     }
     if datasets := hub_datasets(cfg):
@@ -123,20 +120,15 @@ def _front_matter(cfg: Config, model: dict[str, Any]) -> str:
         meta["language"] = languages
     if cfg.model.init_from and names_hub_repository(cfg.model.init_from):  # the Hub takes a repository id, never a path
         meta["base_model"] = cfg.model.init_from
-    meta["tags"] = ["mlmtrain", "electra"] if electra else ["mlmtrain", "bert", "fill-mask"]
+    meta["tags"] = ["mlmtrain", *objective.card_tags]
     return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n"
 
 
 def _summary(cfg: Config, model: dict[str, Any], folder: Path, step: int) -> str:
-    objective = (
-        "with ELECTRA's replaced-token detection (the generator, a masked-LM, is in `generator/`)"
-        if _is_electra(model)
-        else "with masked language modeling"
-    )
     return (
         f"# {Path(cfg.train.run_dir).name}, step {step:,}\n\n"
         f"A {model.get('num_hidden_layers')}-layer {model.get('model_type', 'bert').upper()} encoder pretrained "
-        f"{objective} by mlmtrain, {_parameters(folder):,} parameters.{_continued(cfg)}\n"
+        f"{objective_class(cfg).card_trained} by mlmtrain, {_parameters(folder):,} parameters.{_continued(cfg)}\n"
     )
 
 
@@ -266,25 +258,7 @@ def _base_figures(records: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
 
 
 def _loading_section(cfg: Config) -> str:
-    if cfg.train.objective == "electra":
-        code = (
-            'from transformers import AutoModel, AutoTokenizer, ElectraForPreTraining\n\nMODEL = "."  '
-            "# this folder, or the Hub repository it was pushed to\n"
-            "tokenizer = AutoTokenizer.from_pretrained(MODEL)\n"
-            "discriminator = ElectraForPreTraining.from_pretrained(MODEL)\n"
-            "encoder = AutoModel.from_pretrained(MODEL)  # for fine-tuning: AutoModelForSequenceClassification\n"
-        )
-    else:
-        code = (
-            'from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, pipeline\n\nMODEL = "."  '
-            "# this folder, or the Hub repository it was pushed to\n"
-            'fill = pipeline("fill-mask", model=MODEL)\n'
-            'print(fill(f"The capital of France is {fill.tokenizer.mask_token}."))\n'
-            "tokenizer = AutoTokenizer.from_pretrained(MODEL)\n"
-            "mlm = AutoModelForMaskedLM.from_pretrained(MODEL)\n"
-            "encoder = AutoModel.from_pretrained(MODEL)  # for fine-tuning: AutoModelForSequenceClassification\n"
-        )
-    return f"## How to load\n\n```python\n{code}```\n"
+    return f"## How to load\n\n```python\n{objective_class(cfg).card_usage}```\n"
 
 
 def _config_section(cfg: Config) -> str:

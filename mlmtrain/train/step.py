@@ -16,17 +16,16 @@ from typing import Any, Optional
 
 import torch
 
-from mlmtrain.config import PAIR_OBJECTIVES, Config
+from mlmtrain.config import Config
 from mlmtrain.data.blocks import (
     BatchLayout,
     LiveMicroBatches,
     MicroBatches,
-    StoreBlocks,
     batch_layout,
     make_loader,
     raise_worker_errors,
 )
-from mlmtrain.data.masking import MaskingCollator, VocabInfo
+from mlmtrain.data.masking import VocabInfo
 from mlmtrain.data.store import TokenStore
 from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
 from mlmtrain.errors import UserError
@@ -42,7 +41,7 @@ from mlmtrain.model.optim import (
 from mlmtrain.runtime.distributed import DistContext, all_reduce_sum
 from mlmtrain.runtime.progress import say
 from mlmtrain.train import checkpoint as ckpt
-from mlmtrain.train.objective import Objective, build_trained, objective_of, step_module
+from mlmtrain.train.objectives import Objective, objective_of
 from mlmtrain.train.precision import Precision, resolve_precision
 
 
@@ -133,8 +132,8 @@ class TrainingSetup:
     cfg: Config
     ctx: DistContext
     mlm: Any  # what checkpoints save: the BertForMaskedLM, or ELECTRA's generator + discriminator
-    model: torch.nn.Module  # what a step calls (objective.step_module around mlm), compiled and/or wrapped in DDP
-    objective: Objective  # the loss terms a step's sums are divided into
+    model: torch.nn.Module  # what a step calls (the objective's step_module around mlm), compiled and/or in DDP
+    objective: Objective  # what a step optimises: the loss terms its sums are divided into, their FLOPs
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     precision: Precision
@@ -169,6 +168,7 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
         torch.backends.cudnn.allow_tf32 = True
 
     # --- model, optimizer, state (fresh or from a checkpoint)
+    objective = objective_of(cfg, vocab)
     state, saved = TrainState(), {}
     if resume_from is not None:
         saved = ckpt.load_training_state(resume_from)
@@ -188,11 +188,11 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
         state.micro_batches = state.micro_batches // saved.get("accum_steps", layout.accum_steps) * layout.accum_steps
     else:
         torch.manual_seed(cfg.train.seed)  # identical initial weights on every rank
-        mlm = build_trained(cfg, vocab)
+        mlm = objective.build()
     mlm.to(device).train()  # from_pretrained hands back a model in eval mode: dropout must be on again
     use_training_attention(mlm)  # float32 attention under CPU autocast (model.py), fresh or resumed alike
     precision = resolve_precision(cfg.train.precision, device)
-    model = step_module(cfg, mlm)
+    model = objective.step_module(mlm)
     model.head_dtype = precision.head_dtype  # bf16-head: the (generator's) masked-LM head alone in bf16
     if isinstance(model, MaskedLM):
         model.static_rows = device.type != "cpu"  # the sparse head at a fixed capacity: no data-dependent shape
@@ -214,7 +214,7 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
     # --- data: the loader starts at the state's position; starting it draws from the global RNG, so the RNG is
     #     seeded (fresh) or restored (resume) only afterwards
     loader = make_loader(
-        _micro_batches(cfg, tokenizer, vocab, layout, state, fingerprint),
+        _micro_batches(cfg, objective, tokenizer, layout, state, fingerprint),
         cfg.data.num_workers,
         pin_memory=device.type == "cuda",
     )
@@ -228,7 +228,7 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
         ctx,
         mlm,
         model,
-        objective_of(cfg, vocab),
+        objective,
         optimizer,
         scaler,
         precision,
@@ -243,19 +243,16 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
 
 
 def _micro_batches(
-    cfg: Config, tokenizer: Any, vocab: VocabInfo, layout: BatchLayout, state: TrainState, fingerprint: str
+    cfg: Config, objective: Objective, tokenizer: Any, layout: BatchLayout, state: TrainState, fingerprint: str
 ) -> Any:
     """The dataset of this rank's masked micro-batches: from the token store, or tokenized live."""
-    # the masked LM's sparse head takes its rows from the collator (model.py's MaskedLM.head_rows)
-    positions = cfg.train.objective == "mlm" and cfg.model.sparse_head
-    collator = MaskingCollator(vocab, cfg.masking, seed=cfg.train.seed, positions=positions)
     if not cfg.data.use_store:
         from mlmtrain.data.sources import corpus_splits
 
         return LiveMicroBatches(
             corpus_splits(cfg.data)[0],
             cfg.tokenizer_dir,
-            collator,
+            objective.collator(),
             layout,
             cfg.data.seq_len,
             cfg.train.seed,
@@ -270,13 +267,7 @@ def _micro_batches(
             f"token store {cfg.store_dir} was encoded with another tokenizer than "
             f"{cfg.tokenizer_dir}; run `mlmtrain tokenize` again",
         )
-    if cfg.train.objective in PAIR_OBJECTIVES:  # sentence-pair blocks, drawn and masked by their own collator
-        from mlmtrain.model.pairs import pair_windows
-
-        blocks = pair_windows(cfg, store, tokenizer)
-        collator = blocks.collator(vocab, cfg.masking, cfg.train.seed)
-    else:
-        blocks = StoreBlocks(store, cfg.data.seq_len, cfg.data.packing, tokenizer.cls_token_id, tokenizer.sep_token_id)
+    blocks, collator = objective.training_blocks(store, tokenizer)
     return MicroBatches(blocks, collator, layout, cfg.train.seed, start=state.micro_batches)
 
 

@@ -23,7 +23,7 @@ from mlmtrain.model.electra import (
     sample_tokens,
     scored_positions,
 )
-from mlmtrain.train.objective import objective_of
+from mlmtrain.train.objectives import objective_of
 
 PAD, CLS, SEP, MASK = 0, 1, 2, 3
 VOCAB = VocabInfo(vocab_size=50, mask_id=MASK, pad_id=PAD, special_ids=(PAD, CLS, SEP, MASK))

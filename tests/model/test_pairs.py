@@ -16,8 +16,9 @@ from mlmtrain.data.masking import IGNORE_INDEX, VocabInfo
 from mlmtrain.data.store import TokenStore, tokenize_corpus
 from mlmtrain.data.tokenizer import load_tokenizer
 from mlmtrain.errors import UserError
-from mlmtrain.model.pairs import PairPretraining, build_pretraining, pair_windows
+from mlmtrain.model.pairs import PairPretraining, build_pretraining
 from mlmtrain.train.loop import pretrain
+from mlmtrain.train.objectives import objective_of
 
 from ..conftest import WORDS, tiny_overrides
 from ..train.test_train import metrics, step_losses, weights
@@ -27,7 +28,8 @@ PAIRS = {"train.objective": "mlm+nsp", "train.max_steps": 6, "train.eval_every":
 
 def windows_of(cfg, split: str = "train"):
     tokenizer = load_tokenizer(cfg.tokenizer_dir)
-    return pair_windows(cfg, TokenStore(cfg.store_dir, split), tokenizer), tokenizer
+    objective = objective_of(cfg, VocabInfo.from_tokenizer(tokenizer))
+    return objective.validation_blocks(TokenStore(cfg.store_dir, split), tokenizer), tokenizer
 
 
 def contains(haystack: np.ndarray, needle: np.ndarray) -> bool:

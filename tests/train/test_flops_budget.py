@@ -16,7 +16,7 @@ from mlmtrain.data.masking import MaskingCollator, VocabInfo
 from mlmtrain.data.tokenizer import load_tokenizer
 from mlmtrain.errors import UserError
 from mlmtrain.train.loop import pretrain
-from mlmtrain.train.objective import build_trained, objective_of, step_module, training_flops_per_token
+from mlmtrain.train.objectives import objective_of
 
 TOKENS_PER_STEP = 8 * 32  # the tiny config's global batch x seq_len
 
@@ -47,11 +47,12 @@ def test_flops_per_token_matches_a_count_of_one_training_step(objective: str, ti
         ],
     )
     vocab = VocabInfo.from_tokenizer(load_tokenizer(tiny_data / "tokenizer"))
-    trained = build_trained(cfg, vocab)
+    objective = objective_of(cfg, vocab)
+    trained = objective.build()
     for part in trained.modules():  # eager attention: the counter does not count the CPU's fused SDPA kernel
         if isinstance(part, PreTrainedModel):
             part.set_attn_implementation("eager")
-    module = step_module(cfg, trained)
+    module = objective.step_module(trained)
     rows = torch.randint(5, vocab.vocab_size, (8, 64), generator=torch.Generator().manual_seed(0))
     batch = MaskingCollator(vocab, cfg.masking, 0)(
         [{"input_ids": r, "epoch": 0, "index": i} for i, r in enumerate(rows)]
@@ -59,7 +60,7 @@ def test_flops_per_token_matches_a_count_of_one_training_step(objective: str, ti
     with FlopCounterMode(display=False) as counter:
         module(**batch).sum().backward()
     counted = counter.get_total_flops() / rows.numel()
-    assert training_flops_per_token(cfg, vocab.vocab_size) == pytest.approx(counted, rel=0.05)
+    assert objective.training_flops_per_token() == pytest.approx(counted, rel=0.05)
 
 
 def test_max_flops_stops_at_the_budget_and_the_schedule_ends_there(tiny_config) -> None:

@@ -1,0 +1,74 @@
+"""`mlm`: masked language modeling, a `BertForMaskedLM` through the sparse head (`model/bert.py`); the one objective
+that may continue an existing model (model.init_from)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from mlmtrain.data.masking import MaskingCollator
+from mlmtrain.model.bert import MaskedLM, bert_config, build_model, flops_per_token
+from mlmtrain.train.objectives.base import Blocks, Evaluation, Objective
+
+
+class MaskedLanguageModel(Objective):
+    name = "mlm"
+    architecture = "BertForMaskedLM"
+    continues_a_model = True
+
+    def build(self) -> Any:
+        if self.cfg.model.init_from:
+            from mlmtrain.train.init_from import load_base_model
+
+            return load_base_model(self.cfg)
+        return build_model(self.cfg.model, vocab_size=self.vocab.vocab_size, pad_id=self.vocab.pad_id)
+
+    def load(self, folder: Any, dropout: dict[str, float]) -> Any:
+        from transformers import BertForMaskedLM
+
+        return self.load_bert(BertForMaskedLM, folder, dropout)
+
+    @staticmethod
+    def load_bert(model_class: Any, folder: Any, dropout: dict[str, float]) -> Any:
+        from mlmtrain.runtime.model_folder import from_pretrained
+
+        return from_pretrained(model_class, folder, attn_implementation="sdpa", **dropout)
+
+    def planned_models(self, decided: dict[str, str]) -> dict[str, tuple[Any, dict[str, str]]]:
+        return {"": (bert_config(self.cfg.model, self.vocab.vocab_size, self.vocab.pad_id), decided)}
+
+    def step_module(self, trained: Any) -> torch.nn.Module:
+        return MaskedLM(trained, sparse_head=self.cfg.model.sparse_head)
+
+    def collator(self) -> MaskingCollator:
+        # the sparse head takes its rows from the collator (model/bert.py's MaskedLM.head_rows)
+        cfg = self.cfg
+        return MaskingCollator(self.vocab, cfg.masking, seed=cfg.train.seed, positions=cfg.model.sparse_head)
+
+    def training_flops_per_token(self) -> float:
+        model = self.cfg.model
+        rate = self.cfg.masking.mlm_probability
+        return flops_per_token(model, self.vocab.vocab_size, self.cfg.data.seq_len, rate, model.sparse_head)
+
+    def evaluate(
+        self, trained: Any, blocks: Blocks, indices: Sequence[int], on: Evaluation
+    ) -> tuple[dict[str, Any], str]:
+        from mlmtrain.evaluate.perplexity import evaluate_blocks
+
+        masking, seed = self.fixed_masks()
+        result = evaluate_blocks(
+            trained, blocks, indices, self.vocab, masking, seed, on.batch_size, on.device, on.autocast_dtype
+        )
+        metrics = {
+            "eval_loss": result.loss,
+            "eval_ppl": result.perplexity,
+            "eval_acc": result.accuracy,
+            "eval_masked_tokens": result.masked_tokens,
+            "eval_seconds": round(result.seconds, 3),
+        }
+        summary = (
+            f"validation loss {result.loss:.4f}, perplexity {result.perplexity:.2f}, accuracy {result.accuracy:.4f}"
+        )
+        return metrics, summary
