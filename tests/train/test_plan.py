@@ -66,7 +66,7 @@ def test_a_time_budget_stretches_the_warm_up_and_a_run_ending_inside_its_warm_up
     run_dir = Path(pretrain(tiny_config(**common, **{"train.max_steps": 100_000}))).parent.parent
     assert "until train.max_time ended the run" in capsys.readouterr().err
     rates = [line["lr"] for line in metrics(run_dir) if "lr" in line]
-    assert max(rates) > 0.9e-3 and rates[-1] < 0.2e-3
+    assert max(rates) > 0.5e-3 and rates[-1] < 0.2e-3  # step-counted, 20,000 steps would keep it below 1e-5
     assert {v.check: v.status for v in run_checks(load_run(run_dir))}["warm-up"] != "FAIL"
 
     inside = Path(pretrain(tiny_config(**common, **{"train.max_steps": None, "train.run_dir": str(run_dir) + "-2"})))
