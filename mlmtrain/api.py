@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from mlmtrain.config import Config, load_config
-from mlmtrain.evaluate.probe_settings import ProbeSettings
+from mlmtrain.probe_settings import ProbeSettings
 
 __all__ = ["load_config", "tokenize", "pretrain", "evaluate_perplexity", "fill_mask", "probe", "write_report"]
 

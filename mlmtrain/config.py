@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal, Union
 import yaml
 
 from mlmtrain.errors import UserError, first_line, shown
+from mlmtrain.probe_settings import live_default
 from mlmtrain.readers import load_yaml_text
 
 Source = Union[str, list[str]]
@@ -490,7 +491,7 @@ class ReportConfig:
 @dataclass
 class ProbeConfig:
     """The live probe: its settings are these keys (`ProbeSettings.from_section`), whose defaults (linear, one epoch,
-    capped examples) keep probing cheap during pretraining; the `mlmtrain probe` command's are ProbeSettings'."""
+    capped examples) keep probing cheap during pretraining; `live_default` takes them from beside ProbeSettings."""
 
     task: Union[str, None] = _quiet(
         None,
@@ -498,21 +499,26 @@ class ProbeConfig:
         "or hf:NAME[/CONFIG]; null: no live probe",
     )
     mode: Literal["linear", "finetune"] = _quiet(
-        "linear", "linear: logistic regression on frozen pooled features (seconds); finetune: a copy is fine-tuned"
+        live_default("mode"),
+        "linear: logistic regression on frozen pooled features (seconds); finetune: a copy is fine-tuned",
     )
     every: int = _quiet(0, "steps between probes; 0: at each evaluation (train.eval_every) and at the end")
-    max_train_examples: Union[int, None] = _quiet(2000, "train examples the probe uses (a fixed sample); null: all")
+    max_train_examples: Union[int, None] = _quiet(
+        live_default("max_train_examples"), "train examples the probe uses (a fixed sample); null: all"
+    )
     max_eval_examples: Union[int, None] = _quiet(
-        1000, "valid and test examples the probe uses (a fixed sample); null: all"
+        live_default("max_eval_examples"), "valid and test examples the probe uses (a fixed sample); null: all"
     )
     text_field: str = _quiet("text", "field holding the text (text_a/text_b are found on their own for pairs)")
     pair_field: Union[str, None] = _quiet(None, "field holding the second text of a sentence-pair task")
     label_field: str = _quiet("label", "field holding the label: int or string (classes) or float (regression)")
-    pooling: Literal["mean", "cls"] = _quiet("mean", "linear mode: mean of the last layer over real tokens, or [CLS]")
-    max_length: int = _quiet(128, "tokens per example, longer ones are cut")
-    epochs: int = _quiet(1, "finetune mode: epochs over the train examples")
-    lr: float = _quiet(1e-4, "finetune mode: peak learning rate")
-    batch_size: int = _quiet(32, "examples per batch")
+    pooling: Literal["mean", "cls"] = _quiet(
+        live_default("pooling"), "linear mode: mean of the last layer over real tokens, or [CLS]"
+    )
+    max_length: int = _quiet(live_default("max_length"), "tokens per example, longer ones are cut")
+    epochs: int = _quiet(live_default("epochs"), "finetune mode: epochs over the train examples")
+    lr: float = _quiet(live_default("lr"), "finetune mode: peak learning rate")
+    batch_size: int = _quiet(live_default("batch_size"), "examples per batch")
 
     def validate(self) -> None:
         _check(self.every >= 0, "probe.every", f"must be >= 0 (got {self.every})")

@@ -11,6 +11,7 @@ LEVELS = {
     "errors": 0,
     "readers": 0,
     "config": 0,
+    "probe_settings": 0,
     "runtime": 1,
     "data": 2,
     "model": 3,

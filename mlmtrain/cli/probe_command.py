@@ -16,8 +16,8 @@ from mlmtrain.data.tokenizer import save_tokenizer_files
 from mlmtrain.errors import UserError, interrupt_on_sigterm
 from mlmtrain.evaluate.perplexity import check_tokenizer_fits
 from mlmtrain.evaluate.probe import PreparedTask, encoder_config, probe_encoder
-from mlmtrain.evaluate.probe_settings import MODES, POOLINGS, ProbeSettings
 from mlmtrain.evaluate.tasks import TaskFields, load_task
+from mlmtrain.probe_settings import MODES, POOLINGS, ProbeSettings
 from mlmtrain.runtime.files import check_writable_folder, write_failure
 
 
