@@ -18,8 +18,9 @@ LEVELS = {
     "evaluate": 4,
     "report": 4,
     "train": 5,
+    "tools": 6,
 }
-TOP = {"cli": 6, "api": 7, "__init__": 7, "__main__": 7}
+TOP = {"cli": 7, "api": 8, "__init__": 8, "__main__": 8}
 
 
 def upward_imports() -> list[str]:

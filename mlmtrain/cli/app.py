@@ -67,12 +67,12 @@ def tokenize(
     ),
 ) -> None:
     """Train the WordPiece tokenizer on the train split and encode train and validation into the token store."""
-    from mlmtrain.cli.commands import run_tokenize_command
+    from mlmtrain.tools.tokens import tokenize as run_tokenize
 
     cfg = _load(config, overrides)
     if tokenizer is not None:
         cfg.tokenizer.pretrained = tokenizer
-    run_tokenize_command(cfg)
+    run_tokenize(cfg)
 
 
 @app.command()
@@ -181,7 +181,9 @@ def mask_demo(
     """Show what MLM masking does to TEXT: the training collator's selected positions, their replacements and labels."""
     from mlmtrain.cli.commands import run_mask_demo_command
 
-    run_mask_demo_command(text, config, overrides, tokenizer, seed, samples, as_json)
+    run_mask_demo_command(
+        as_json, text=text, config=config, overrides=overrides, tokenizer=tokenizer, seed=seed, samples=samples
+    )
 
 
 @app.command()
@@ -257,6 +259,7 @@ def probe(
 ) -> None:
     """Judge an encoder by a labeled task: fine-tune it (or fit a linear probe) and score the test split."""
     from mlmtrain.cli.probe_command import run_probe_command
+    from mlmtrain.evaluate.tasks import TaskFields
 
     settings = ProbeSettings(
         mode=mode,
@@ -276,9 +279,7 @@ def probe(
         train=train,
         valid=valid,
         test=test,
-        text_field=text_field,
-        pair_field=pair_field,
-        label_field=label_field,
+        fields=TaskFields(text_field, pair_field, label_field),
         settings=settings,
         baseline=baseline,
         save=save,
