@@ -1,6 +1,6 @@
 """The settings of one probe run, defined once: `mlmtrain probe` takes its options' defaults and help from here,
 `mlmtrain.probe` its keywords, and the live probe (the `probe:` config section) its keys, with the cheaper defaults
-beside them. Imports nothing, so the command line can read it at start-up."""
+beside them. Imports neither torch nor yaml, so the command line can read it at start-up."""
 
 from __future__ import annotations
 
