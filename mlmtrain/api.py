@@ -1,7 +1,8 @@
 """The Python API: what the commands do, as functions that return their results instead of printing them.
 
 `from mlmtrain import load_config, pretrain, evaluate_perplexity` (names are imported lazily, so the command line
-starts fast). Mistakes raise `mlmtrain.UserError`, whose message is the line the command would print.
+starts fast). Mistakes raise `mlmtrain.UserError`, whose message is the line the command would print. Each function
+calls the one the command calls (`tools`, `train.loop`, `report.page`); none goes through `cli`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from mlmtrain.config import Config, load_config
-from mlmtrain.evaluate.probe_settings import ProbeSettings
+from mlmtrain.probe_settings import ProbeSettings
 
 __all__ = ["load_config", "tokenize", "pretrain", "evaluate_perplexity", "fill_mask", "probe", "write_report"]
 
@@ -19,9 +20,9 @@ PathLike = Union[str, Path]
 
 def tokenize(config: Config) -> Path:
     """`mlmtrain tokenize`: train (or reuse) the tokenizer and encode the corpus into the token store; its folder."""
-    from mlmtrain.cli.commands import run_tokenize_command
+    from mlmtrain.tools.tokens import tokenize as run_tokenize
 
-    return run_tokenize_command(config)
+    return run_tokenize(config)
 
 
 def pretrain(config: Config, resume: Optional[str] = None, overwrite: bool = False) -> Path:
@@ -50,9 +51,9 @@ def evaluate_perplexity(
 ) -> Any:
     """`mlmtrain eval-perplexity`: an `EvalResult` (perplexity, accuracy, loss, masked_tokens, ci95, …) of a
     masked-LM folder on `data` (a source as `--data` takes it) or on the validation split of `config`."""
-    from mlmtrain.cli.commands import run_eval_command
+    from mlmtrain.tools.masked_lm import evaluate_perplexity as run_evaluation
 
-    return run_eval_command(
+    evaluation = run_evaluation(
         model=model,
         data=data,
         config=Path(config) if config is not None else None,
@@ -64,17 +65,16 @@ def evaluate_perplexity(
         pseudo=pseudo,
         max_tokens=max_tokens,
         device=device,
-        as_json=False,
-        show=False,
     )
+    return evaluation.result
 
 
 def fill_mask(model: PathLike, text: str, top_k: int = 5, device: str = "auto") -> list[list[dict[str, Any]]]:
     """`mlmtrain fill-mask` for one text: for each [MASK] in it, the pipeline's top-k candidates (dicts with
     `token_str`, `score`, `token` and `sequence`), best first."""
-    from mlmtrain.cli.commands import fill_mask_predictions
+    from mlmtrain.tools.masked_lm import fill_mask as fill_masks
 
-    ((_, predictions),) = fill_mask_predictions(model, [text], top_k, device)
+    ((_, predictions),) = fill_masks(model, [text], top_k, device)
     return predictions
 
 
@@ -101,28 +101,25 @@ def probe(
     max_train_examples, max_eval_examples."""
     import dataclasses
 
-    from mlmtrain.cli.probe_command import run_probe_command
     from mlmtrain.errors import UserError
+    from mlmtrain.evaluate.tasks import TaskFields
+    from mlmtrain.tools.probe import probe as run_probe
 
     known = {f.name for f in dataclasses.fields(ProbeSettings)} - {"mode", "progress"}
     unknown = sorted(set(settings) - known)
     if unknown:
         raise UserError("argument", f"probe() takes no setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
-    return run_probe_command(
+    return run_probe(
         model=str(model),
         task=task,
         train=train,
         valid=valid,
         test=test,
-        text_field=text_field,
-        pair_field=pair_field,
-        label_field=label_field,
+        fields=TaskFields(text_field, pair_field, label_field),
         settings=ProbeSettings(mode=mode, **settings),
         baseline=baseline,
         save=Path(save) if save is not None else None,
         device=device,
-        as_json=False,
-        show=False,
     )
 
 

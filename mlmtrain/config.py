@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal, Optional, Union
 import yaml
 
 from mlmtrain.errors import UserError, first_line, shown
+from mlmtrain.probe_settings import live_default
 from mlmtrain.readers import load_yaml_text
 
 Source = Union[str, list[str]]
@@ -503,7 +504,7 @@ class ReportConfig:
 @dataclass
 class ProbeConfig:
     """The live probe: its settings are these keys (`ProbeSettings.from_section`), whose defaults (linear, one epoch,
-    capped examples) keep probing cheap during pretraining; the `mlmtrain probe` command's are ProbeSettings'."""
+    capped examples) keep probing cheap during pretraining; `live_default` takes them from beside ProbeSettings."""
 
     task: Union[str, None] = _quiet(
         None,
@@ -511,27 +512,30 @@ class ProbeConfig:
         "or hf:NAME[/CONFIG]; null: no live probe",
     )
     mode: Literal["linear", "finetune"] = _quiet(
-        "linear", "linear: logistic regression on frozen pooled features (seconds); finetune: a copy is fine-tuned"
+        live_default("mode"),
+        "linear: logistic regression on frozen pooled features (seconds); finetune: a copy is fine-tuned",
     )
     every: int = _quiet(
         0, "steps between probes; 0: at each evaluation (train.eval_every) and at the end", check=at_least(0)
     )
     max_train_examples: Union[int, None] = _quiet(
-        2000, "train examples the probe uses (a fixed sample); null: all", check=at_least(1)
+        live_default("max_train_examples"), "train examples the probe uses (a fixed sample); null: all", at_least(1)
     )
     max_eval_examples: Union[int, None] = _quiet(
-        1000,
+        live_default("max_eval_examples"),
         "valid and test examples the probe uses (a fixed sample); null: all",
         check=at_least(1),
     )
     text_field: str = _quiet("text", "field holding the text (text_a/text_b are found on their own for pairs)")
     pair_field: Union[str, None] = _quiet(None, "field holding the second text of a sentence-pair task")
     label_field: str = _quiet("label", "field holding the label: int or string (classes) or float (regression)")
-    pooling: Literal["mean", "cls"] = _quiet("mean", "linear mode: mean of the last layer over real tokens, or [CLS]")
-    max_length: int = _quiet(128, "tokens per example, longer ones are cut", check=at_least(8))
-    epochs: int = _quiet(1, "finetune mode: epochs over the train examples", check=at_least(1))
-    lr: float = _quiet(1e-4, "finetune mode: peak learning rate", check=above(0))
-    batch_size: int = _quiet(32, "examples per batch", check=at_least(1))
+    pooling: Literal["mean", "cls"] = _quiet(
+        live_default("pooling"), "linear mode: mean of the last layer over real tokens, or [CLS]"
+    )
+    max_length: int = _quiet(live_default("max_length"), "tokens per example, longer ones are cut", at_least(8))
+    epochs: int = _quiet(live_default("epochs"), "finetune mode: epochs over the train examples", at_least(1))
+    lr: float = _quiet(live_default("lr"), "finetune mode: peak learning rate", above(0))
+    batch_size: int = _quiet(live_default("batch_size"), "examples per batch", at_least(1))
 
 
 MIN_SEGMENT = 4  # tokens each segment of a sentence pair holds at least

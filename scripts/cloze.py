@@ -24,9 +24,9 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # mlmtrain from this checkout, installed or not
 
-from mlmtrain.cli.commands import _masked_lm_folder  # noqa: E402
 from mlmtrain.errors import UserError  # noqa: E402
 from mlmtrain.evaluate.perplexity import load_masked_lm  # noqa: E402
+from mlmtrain.tools.masked_lm import masked_lm_folder  # noqa: E402
 
 # a row of the README's table: | sentence with [MASK] | answer |
 _ROW = re.compile(r"^\| (.*\[MASK\].*) \| (\w+) \|$", flags=re.MULTILINE)
@@ -48,7 +48,7 @@ class Answer:
 
 def score(folder: Path, cloze: list[tuple[str, str]], top_k: int) -> list[Answer]:
     """Each sentence's answer ranked among the model's predictions for its one [MASK]."""
-    model, tokenizer = load_masked_lm(_masked_lm_folder(folder))  # in eval mode
+    model, tokenizer = load_masked_lm(masked_lm_folder(folder))  # in eval mode
     answers = []
     for sentence, answer in cloze:
         encoded = tokenizer(sentence.replace("[MASK]", tokenizer.mask_token), return_tensors="pt")

@@ -6,11 +6,17 @@ import ast
 import typing
 from pathlib import Path
 
+import pytest
+
+import mlmtrain
+
 PACKAGE = Path(__file__).resolve().parents[1] / "mlmtrain"
-# README's "Where the code lives", bottom-up: a module may import its own level and the levels below it
+# README's "Where the code lives", bottom-up: a module imports its own sub-package and the levels below its own;
+# only the base modules of level 0 import one another, and modules side by side on a level never do
 LEVELS = {
     "errors": 0,
     "readers": 0,
+    "probe_settings": 0,
     "config": 0,
     "runtime": 1,
     "data": 2,
@@ -18,20 +24,71 @@ LEVELS = {
     "evaluate": 4,
     "report": 4,
     "train": 5,
+    "tools": 6,
+    "cli": 7,  # parses arguments and prints
+    "api": 7,  # the top of the library: it may import everything below cli/, and nothing below imports it
+    "__init__": 8,  # the package: names the API lazily
+    "__main__": 8,
 }
-TOP = {"cli": 6, "api": 7, "__init__": 7, "__main__": 7}
+BASE = "errors"  # what `from mlmtrain import NAME` reaches when NAME is a constant of the package itself
+
+
+def _submodules() -> set[str]:
+    return {path.stem for path in PACKAGE.glob("*.py")} | {
+        path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file()
+    }
+
+
+def _named_from_package(name: str) -> str:
+    """The level name that `from mlmtrain import NAME` imports: a sub-package or module, the module a lazily
+    resolved name comes from (the API's functions: api), else the package's own constants (`__version__`)."""
+    if name in _submodules():
+        return name
+    module = getattr(getattr(mlmtrain, name, None), "__module__", None) or ""
+    return module.split(".")[1] if module.startswith("mlmtrain.") else BASE
+
+
+def imported(source: str, path: Path) -> list[tuple[str, str]]:
+    """(what the source names, the level name it reaches) for each import of mlmtrain in the module source of
+    `path` (relative to the package): `import mlmtrain.x`, `from mlmtrain.x import y`, `from mlmtrain import x`
+    and relative imports."""
+    package = ["mlmtrain", *path.parent.parts]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "mlmtrain" and len(parts) > 1:
+                    found.append((alias.name, parts[1]))
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            parts = module.split(".")
+            if parts[0] != "mlmtrain":
+                continue
+            if len(parts) > 1:
+                found.append((module, parts[1]))
+            else:
+                found += [(f"mlmtrain.{alias.name}", _named_from_package(alias.name)) for alias in node.names]
+    return found
+
+
+def upward_imports_of(source: str, path: Path) -> list[str]:
+    """Each import in `source` (the module at `path`, relative to the package) that the layout forbids."""
+    importer = path.with_suffix("").parts[0]
+    found = []
+    for name, target in imported(source, path):
+        same_room = target == importer or LEVELS[target] == LEVELS[importer] == 0
+        if not same_room and LEVELS[target] >= LEVELS[importer]:
+            found.append(f"{path} imports {name}")
+    return found
 
 
 def upward_imports() -> list[str]:
-    levels = {**LEVELS, **TOP}
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        source = path.relative_to(PACKAGE).with_suffix("").parts[0]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mlmtrain."):
-                target = node.module.split(".")[1]
-                if levels[target] > levels[source]:
-                    found.append(f"{path.relative_to(PACKAGE)} imports {node.module}")
+        relative = path.relative_to(PACKAGE)
+        found += upward_imports_of(path.read_text(encoding="utf-8"), relative)
     return found
 
 
@@ -40,9 +97,44 @@ def test_no_sub_package_imports_one_above_it() -> None:
 
 
 def test_every_sub_package_has_a_level() -> None:
-    names = {path.name for path in PACKAGE.iterdir() if path.is_dir() and (path / "__init__.py").exists()}
-    names |= {path.stem for path in PACKAGE.glob("*.py")}
-    assert names == set(LEVELS) | set(TOP)
+    assert _submodules() == set(LEVELS)
+
+
+@pytest.mark.parametrize(
+    ("path", "source"),
+    [
+        ("evaluate/x.py", "from mlmtrain.train.loop import pretrain"),
+        ("evaluate/x.py", "import mlmtrain.train.loop"),
+        ("evaluate/x.py", "import mlmtrain.train.loop as loop"),
+        ("evaluate/x.py", "from mlmtrain.train import loop"),
+        ("evaluate/x.py", "from mlmtrain import train"),
+        ("evaluate/x.py", "from ..train import loop"),
+        ("evaluate/x.py", "from ..report.page import write_report"),  # side by side: neither imports the other
+        ("tools/x.py", "from mlmtrain import evaluate_perplexity"),  # the API's function, named lazily
+        ("tools/x.py", "def later():\n    from mlmtrain import api"),  # inside a function too
+        ("api.py", "from mlmtrain.cli.commands import run_eval_command"),
+        ("api.py", "from mlmtrain import cli"),
+        ("cli/x.py", "import mlmtrain.api"),
+        ("config.py", "from mlmtrain.runtime import files"),
+    ],
+)
+def test_each_form_of_an_upward_import_is_caught(path: str, source: str) -> None:
+    assert len(upward_imports_of(source, Path(path))) == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "source"),
+    [
+        ("train/x.py", "from mlmtrain.evaluate.probe import LiveProbe\nimport mlmtrain.runtime.files"),
+        ("train/x.py", "from . import checkpoint\nfrom .guard import locked"),
+        ("config.py", "from mlmtrain.errors import UserError\nfrom mlmtrain import probe_settings"),
+        ("cli/x.py", "from mlmtrain import __version__, UserError\nfrom mlmtrain.tools import masked_lm"),
+        ("__init__.py", "from mlmtrain import api"),
+        ("api.py", "import mlmtrain"),
+    ],
+)
+def test_imports_downward_pass(path: str, source: str) -> None:
+    assert upward_imports_of(source, Path(path)) == []
 
 
 def _names_an_objective(node: ast.AST, objectives: set[str]) -> bool:

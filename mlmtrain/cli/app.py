@@ -16,7 +16,7 @@ import typer
 
 from mlmtrain import __version__
 from mlmtrain.errors import UserError, interrupt_on_sigterm, redact
-from mlmtrain.evaluate.probe_settings import ProbeSettings
+from mlmtrain.probe_settings import ProbeSettings, option_help
 
 app = typer.Typer(
     help="Pretrain small BERT encoders with masked language modeling, from a YAML config.",
@@ -67,12 +67,12 @@ def tokenize(
     ),
 ) -> None:
     """Train the WordPiece tokenizer on the train split and encode train and validation into the token store."""
-    from mlmtrain.cli.commands import run_tokenize_command
+    from mlmtrain.tools.tokens import tokenize as run_tokenize
 
     cfg = _load(config, overrides)
     if tokenizer is not None:
         cfg.tokenizer.pretrained = tokenizer
-    run_tokenize_command(cfg)
+    run_tokenize(cfg)
 
 
 @app.command()
@@ -181,7 +181,9 @@ def mask_demo(
     """Show what MLM masking does to TEXT: the training collator's selected positions, their replacements and labels."""
     from mlmtrain.cli.commands import run_mask_demo_command
 
-    run_mask_demo_command(text, config, overrides, tokenizer, seed, samples, as_json)
+    run_mask_demo_command(
+        as_json, text=text, config=config, overrides=overrides, tokenizer=tokenizer, seed=seed, samples=samples
+    )
 
 
 @app.command()
@@ -215,6 +217,12 @@ def report(
         raise typer.Exit(1)
 
 
+def _probe_option(name: str) -> typer.models.OptionInfo:
+    """The `probe` option that sets the setting `name` (--name, dashes for underscores): its default and help are
+    ProbeSettings'."""
+    return typer.Option(getattr(ProbeSettings, name), "--" + name.replace("_", "-"), help=option_help(name))
+
+
 @app.command()
 def probe(
     model: str = typer.Option(
@@ -226,7 +234,7 @@ def probe(
     train: Optional[str] = typer.Option(None, "--train", help="Training examples file (overrides the task folder's)."),
     valid: Optional[str] = typer.Option(None, "--valid", help="Validation file; default: 10% of train held out."),
     test: Optional[str] = typer.Option(None, "--test", help="Test file (overrides the task folder's)."),
-    mode: str = typer.Option(ProbeSettings.mode, "--mode", help="finetune, or linear (a probe on frozen features)."),
+    mode: str = _probe_option("mode"),
     text_field: str = typer.Option("text", "--text-field", help="Field holding the text."),
     pair_field: Optional[str] = typer.Option(
         None, "--pair-field", help="Field of a pair's second text (text_a/text_b are found on their own)."
@@ -234,32 +242,14 @@ def probe(
     label_field: str = typer.Option(
         "label", "--label-field", help="Field of the label: int/str classes, float: regression."
     ),
-    epochs: int = typer.Option(
-        ProbeSettings.epochs, "--epochs", help="Fine-tuning epochs (the best on valid is scored on test)."
-    ),
-    lr: float = typer.Option(
-        ProbeSettings.lr,
-        "--lr",
-        help="Fine-tuning peak learning rate (10% warm-up, linear decay); small models want more, e.g. 3e-4.",
-    ),
-    batch_size: int = typer.Option(ProbeSettings.batch_size, "--batch-size", help="Examples per batch."),
-    max_length: int = typer.Option(
-        ProbeSettings.max_length, "--max-length", help="Tokens per example; longer ones are cut."
-    ),
-    seed: int = typer.Option(ProbeSettings.seed, "--seed", help="Seed of the new head, dropout and batch order."),
-    max_train_examples: Optional[int] = typer.Option(
-        ProbeSettings.max_train_examples,
-        "--max-train-examples",
-        help="Use this many train examples (a fixed sample): for quick looks.",
-    ),
-    max_eval_examples: Optional[int] = typer.Option(
-        ProbeSettings.max_eval_examples,
-        "--max-eval-examples",
-        help="Use this many valid and test examples (a fixed sample).",
-    ),
-    pooling: str = typer.Option(
-        ProbeSettings.pooling, "--pooling", help="Linear mode: mean (over real tokens) or cls."
-    ),
+    epochs: int = _probe_option("epochs"),
+    lr: float = _probe_option("lr"),
+    batch_size: int = _probe_option("batch_size"),
+    max_length: int = _probe_option("max_length"),
+    seed: int = _probe_option("seed"),
+    max_train_examples: Optional[int] = _probe_option("max_train_examples"),
+    max_eval_examples: Optional[int] = _probe_option("max_eval_examples"),
+    pooling: str = _probe_option("pooling"),
     baseline: bool = typer.Option(
         False, "--baseline", help="Also score the same architecture untrained (random init), same settings."
     ),
@@ -269,6 +259,7 @@ def probe(
 ) -> None:
     """Judge an encoder by a labeled task: fine-tune it (or fit a linear probe) and score the test split."""
     from mlmtrain.cli.probe_command import run_probe_command
+    from mlmtrain.evaluate.tasks import TaskFields
 
     settings = ProbeSettings(
         mode=mode,
@@ -288,9 +279,7 @@ def probe(
         train=train,
         valid=valid,
         test=test,
-        text_field=text_field,
-        pair_field=pair_field,
-        label_field=label_field,
+        fields=TaskFields(text_field, pair_field, label_field),
         settings=settings,
         baseline=baseline,
         save=save,

@@ -24,11 +24,11 @@ import torch.nn.functional as F
 from mlmtrain.config import OptimConfig, ProbeConfig
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.evaluate.perplexity import check_checkpoint_folder
-from mlmtrain.evaluate.probe_settings import ProbeSettings
 from mlmtrain.evaluate.stats import pearson_interval, wilson_interval
 from mlmtrain.evaluate.tasks import Split, Task, TaskFields, load_task
 from mlmtrain.model.context import quiet_transformers
 from mlmtrain.model.optim import build_optimizer, learning_rate, set_learning_rate
+from mlmtrain.probe_settings import ProbeSettings
 from mlmtrain.runtime.model_folder import from_pretrained, model_config
 from mlmtrain.runtime.progress import progress_bar
 

@@ -55,8 +55,8 @@ def finetune_all(
     (a pair task names its second text's field): the models share one tokenizer, so the task is read and tokenized
     once. Seeds outermost: the machine's drift touches all alike."""
     from mlmtrain.evaluate.probe import PreparedTask, encoder_config, probe_encoder
-    from mlmtrain.evaluate.probe_settings import ProbeSettings
     from mlmtrain.evaluate.tasks import TaskFields, load_task
+    from mlmtrain.probe_settings import ProbeSettings
 
     a = setup.args
     settings = ProbeSettings(

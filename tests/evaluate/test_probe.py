@@ -223,7 +223,7 @@ def test_save_under_a_file_is_refused_before_fine_tuning(
     def no_training(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("fine-tuning started before --save was checked")
 
-    monkeypatch.setattr("mlmtrain.cli.probe_command.probe_encoder", no_training)
+    monkeypatch.setattr("mlmtrain.tools.probe.probe_encoder", no_training)
     (tmp_path / "afile").write_text("mine\n")
     saved = tmp_path / "afile" / "saved"
     args = ["--model", str(untrained_folder), "--task", str(topics / "task"), "--save", str(saved)]

@@ -1,5 +1,5 @@
-"""One definition of a probe's settings: the command's options default to ProbeSettings', and the live probe's
-settings are the `probe:` section's keys with the section's own defaults."""
+"""One definition of a probe's settings: the command's options take their defaults and help from ProbeSettings, and
+the live probe's settings are the `probe:` section's keys, whose own defaults are defined beside ProbeSettings."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import typer
 from mlmtrain import api
 from mlmtrain.cli.app import app
 from mlmtrain.config import ProbeConfig, load_config
-from mlmtrain.evaluate.probe_settings import ProbeSettings
+from mlmtrain.probe_settings import LIVE_DEFAULTS, ProbeSettings
 
 
 def _probe_options() -> dict[str, object]:
@@ -37,6 +37,25 @@ def test_every_probe_option_that_is_a_setting_defaults_to_the_settings_default()
     }
     assert {name: options[name] for name in shared} == {name: settings[name] for name in shared}
     assert inspect.signature(api.probe).parameters["mode"].default == ProbeSettings.mode
+
+
+def test_every_probe_option_takes_its_flag_and_help_from_the_settings() -> None:
+    command = typer.main.get_command(app).commands["probe"]
+    options = {param.name: param for param in command.params}
+    defined = [f for f in dataclasses.fields(ProbeSettings) if "help" in f.metadata]
+    assert {f.name for f in defined} == set(options) & {f.name for f in dataclasses.fields(ProbeSettings)}
+    for setting in defined:
+        assert options[setting.name].opts == ["--" + setting.name.replace("_", "-")]
+        assert options[setting.name].help == setting.metadata["help"]
+
+
+def test_the_sections_defaults_are_the_live_defaults_beside_the_settings() -> None:
+    section = ProbeConfig()
+    shared = [f for f in dataclasses.fields(ProbeSettings) if hasattr(section, f.name)]
+    assert {f.name: getattr(section, f.name) for f in shared} == {
+        f.name: LIVE_DEFAULTS.get(f.name, f.default) for f in shared
+    }
+    assert set(LIVE_DEFAULTS) <= {f.name for f in shared}
 
 
 def test_the_live_probe_reads_every_setting_its_section_holds() -> None:

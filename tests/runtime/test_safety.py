@@ -645,7 +645,7 @@ def test_a_block_length_too_short_in_a_checkpoints_mlmtrain_yaml_names_that_file
 # The process signals itself as the evaluation starts: a scheduler's SIGTERM (or `timeout`) during any command.
 _SIGTERM_DURING_EVALUATION = """
 import os, signal, sys
-import mlmtrain.cli.commands as commands
+import mlmtrain.tools.masked_lm as commands
 from mlmtrain.cli.app import main
 def signalled(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGTERM)

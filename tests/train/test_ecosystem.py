@@ -19,11 +19,11 @@ import yaml
 from safetensors.torch import load_file
 
 from mlmtrain.cli.app import main
-from mlmtrain.cli.push import publishable_files
 from mlmtrain.config import load_config
 from mlmtrain.data.tokenizer import copy_tokenizer, load_tokenizer
 from mlmtrain.errors import UserError
 from mlmtrain.model.pooler import add_pooler, pooler_tensors
+from mlmtrain.tools.push import publishable_files
 from mlmtrain.train.checkpoint import load_training_state, save_checkpoint
 from mlmtrain.train.loop import pretrain
 from mlmtrain.train.model_card import CARD, write_model_card
@@ -119,13 +119,13 @@ def test_the_electra_generator_folder_holds_them_too(electra_run: Path, tmp_path
 def test_a_copied_tokenizer_and_the_probes_saved_model_hold_them(run: Path, tmp_path: Path) -> None:
     from transformers import AutoModelForSequenceClassification
 
-    from mlmtrain.cli.probe_command import _save
+    from mlmtrain.tools.probe import save_model
 
     tokenizer = load_tokenizer(_step(run, 4))
     copy_tokenizer(tokenizer, tmp_path / "copied", {"source": "test"})
     _assert_complete_tokenizer(tmp_path / "copied", tmp_path)
     classifier = AutoModelForSequenceClassification.from_pretrained(str(_step(run, 4)), num_labels=2)
-    _save(classifier, tokenizer, tmp_path / "finetuned")
+    save_model(classifier, tokenizer, tmp_path / "finetuned")
     _assert_complete_tokenizer(tmp_path / "finetuned", tmp_path)
     before = (tmp_path / "finetuned" / "model.safetensors").read_bytes()
     assert add_pooler(tmp_path / "finetuned", seed=0) is False  # a fine-tuned classifier has its own pooler

@@ -136,14 +136,14 @@ def test_eval_perplexity_reports_the_generator(electra_run: Path, tiny_data: Pat
     from mlmtrain.cli.commands import run_eval_command
 
     latest = electra_run / "checkpoints" / "latest"
-    result = run_eval_command(
-        latest, str(tiny_data / "valid.txt"), None, [], None, None, 8, 4, False, None, "cpu", True
-    )
+    arguments = dict(data=str(tiny_data / "valid.txt"), config=None, overrides=[], seq_len=None, seed=None,
+                     batch_size=8, max_blocks=4, pseudo=False, max_tokens=None, device="cpu")  # fmt: skip
+    run_eval_command(as_json=True, model=latest, **arguments)
     out = capsys.readouterr()
     assert f"using its generator {latest / 'generator'}" in out.err
     assert json.loads(out.out)["model"] == str(latest / "generator")
     assert json.loads(out.out)["seq_len"] == 32  # from the checkpoint's mlmtrain.yaml, beside the discriminator
-    assert result.perplexity > 1
+    assert json.loads(out.out)["perplexity"] > 1
 
 
 def test_fill_mask_refuses_a_discriminator_only_folder(
