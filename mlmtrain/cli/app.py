@@ -18,6 +18,59 @@ from mlmtrain import __version__
 from mlmtrain.errors import UserError, interrupt_on_sigterm, redact
 from mlmtrain.probe_settings import ProbeSettings, option_help
 
+# What each option and argument takes, in words, for --help (Typer would otherwise show Python types: <list[str]>)
+_PLACEHOLDERS = {
+    "config": "FILE",
+    "overrides": "KEY=VALUE",
+    "tokenizer": "FOLDER|NAME",
+    "resume": "auto|CHECKPOINT",
+    "model": "FOLDER",
+    "data": "SOURCE",
+    "out": "FILE",
+    "png": "FOLDER",
+    "x": "steps|tokens|time|flops",
+    "device": "auto|cpu|cuda[:N]",
+    "save": "FOLDER",
+    "repo": "NAME",
+    "task": "TASK",
+    "train": "FILE",
+    "valid": "FILE",
+    "test": "FILE",
+    "run_dirs": "RUN_DIR",
+    "text": "TEXT",
+    "checkpoint": "CHECKPOINT",
+}
+
+
+def _placeholder(param: click.Parameter) -> str:
+    """The word --help shows for what `param` takes: the table's, else its choices, else by its type."""
+    if param.name in _PLACEHOLDERS:
+        return _PLACEHOLDERS[param.name]
+    kind = getattr(param, "type", None) or getattr(param, "type_descriptor", None)  # click's, or Typer >= 0.20's
+    choices = getattr(kind, "choices", None)
+    if choices:
+        return "|".join(str(choice) for choice in choices)
+    named = getattr(kind, "name", None) or getattr(getattr(kind, "annotation", None), "__name__", "")
+    return {"integer": "N", "int": "N", "float": "NUMBER", "path": "PATH", "Path": "PATH"}.get(named, "TEXT")
+
+
+class _Command(typer.core.TyperCommand):
+    """A command whose --help names what each option and argument takes in words, never in Python's types."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        for param in params:
+            argument = param.param_type_name == "argument"  # click's Argument, or Typer's own copy of click's
+            takes_value = argument or not getattr(param, "is_flag", False)
+            if param.metavar is None and takes_value and param.name != "help":
+                param.metavar = _placeholder(param) + ("..." if getattr(param, "nargs", 1) == -1 else "")
+            if argument and hasattr(param, "display_type_rich"):  # Typer >= 0.20 adds both
+                param.display_type_rich = lambda ctx=None: ""  # no " <list[Path]>" after the name
+                shown = param.metavar if param.required else f"[{param.metavar}]"  # RUN_DIR..., not {RUN_DIR}...
+                param._usage_display_name = lambda shown=shown: shown
+        return params
+
+
 app = typer.Typer(
     help="Pretrain small BERT encoders with masked language modeling, from a YAML config.",
     no_args_is_help=True,
@@ -58,7 +111,7 @@ def _load(config: Optional[Path], overrides: list[str]):
     return load_config(config, overrides)
 
 
-@app.command()
+@app.command(cls=_Command, short_help="Train the WordPiece tokenizer and encode the corpus.")
 def tokenize(
     config: Optional[Path] = ConfigOption,
     overrides: list[str] = SetOption,
@@ -75,7 +128,7 @@ def tokenize(
     run_tokenize(cfg)
 
 
-@app.command()
+@app.command(cls=_Command, short_help="Pretrain or continue an encoder; write checkpoints.")
 def pretrain(
     config: Optional[Path] = ConfigOption,
     overrides: list[str] = SetOption,
@@ -94,7 +147,7 @@ def pretrain(
     run_pretrain(cfg, resume=resume, overwrite=overwrite)
 
 
-@app.command("eval-perplexity")
+@app.command(cls=_Command, name="eval-perplexity", short_help="Masked-LM perplexity and accuracy, fixed masks.")
 def eval_perplexity(
     model: Path = typer.Option(
         ...,
@@ -147,7 +200,7 @@ def eval_perplexity(
     )
 
 
-@app.command("fill-mask")
+@app.command(cls=_Command, name="fill-mask", short_help="Top-k completions for each mask in a text.")
 def fill_mask(
     model: Path = typer.Option(..., "--model", "-m", help="Masked-LM folder (of an ELECTRA run: its generator)."),
     text: Optional[str] = typer.Argument(
@@ -162,7 +215,7 @@ def fill_mask(
     run_fill_mask_command(model=model, text=text, top_k=top_k, device=device)
 
 
-@app.command("mask-demo")
+@app.command(cls=_Command, name="mask-demo", short_help="Show what the masking does to one text.")
 def mask_demo(
     text: str = typer.Argument(..., help="The text to mask (encoded with [CLS] and [SEP], cut to data.seq_len)."),
     config: Optional[Path] = typer.Option(
@@ -186,7 +239,7 @@ def mask_demo(
     )
 
 
-@app.command()
+@app.command(cls=_Command, short_help="A run's curves and health checks as a page.")
 def report(
     run_dirs: list[Path] = typer.Argument(..., help="Run folders (train.run_dir); several are overlaid."),
     out: Optional[Path] = typer.Option(
@@ -223,7 +276,7 @@ def _probe_option(name: str) -> typer.models.OptionInfo:
     return typer.Option(getattr(ProbeSettings, name), "--" + name.replace("_", "-"), help=option_help(name))
 
 
-@app.command()
+@app.command(cls=_Command, short_help="Score an encoder on a labeled task.")
 def probe(
     model: str = typer.Option(
         ..., "--model", "-m", help="Encoder folder (e.g. RUN_DIR/checkpoints/latest) or hub name."
@@ -288,7 +341,7 @@ def probe(
     )
 
 
-@app.command()
+@app.command(cls=_Command, short_help="Upload a checkpoint to the Hugging Face Hub.")
 def push(
     checkpoint: Path = typer.Argument(..., help="Checkpoint folder, e.g. RUN_DIR/checkpoints/latest."),
     repo: str = typer.Option(..., "--repo", help="Hub repository: NAME (under your account) or ORG/NAME."),
@@ -303,7 +356,7 @@ def push(
     run_push_command(checkpoint, repo, private=private, dry_run=dry_run)
 
 
-@config_app.command("show")
+@config_app.command(cls=_Command, name="show")
 def config_show(config: Optional[Path] = ConfigOption, overrides: list[str] = SetOption) -> None:
     """Print the resolved config (file + overrides + defaults, model.init_from's shape and tokenizer) as YAML."""
     from mlmtrain.train.init_from import resolve_init_from
@@ -313,7 +366,7 @@ def config_show(config: Optional[Path] = ConfigOption, overrides: list[str] = Se
     typer.echo(cfg.to_yaml(), nl=False)
 
 
-@config_app.command("fields")
+@config_app.command(cls=_Command, name="fields")
 def config_fields() -> None:
     """List every config key with its default (as YAML writes it), its meaning and the rule its value must meet."""
     from mlmtrain.config import describe_fields

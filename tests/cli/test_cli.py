@@ -54,6 +54,27 @@ def test_every_option_is_documented() -> None:
     assert len(options) > 20
 
 
+def test_help_speaks_in_words_and_every_summary_is_whole() -> None:
+    """`mlmtrain --help` lists each command in a whole line (no summary cut short with "..."), and no --help shows a
+    Python type (<list[str]>, <path>) or Typer's braces ({run_dirs}) where a placeholder belongs."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from mlmtrain.cli.app import app
+
+    runner = CliRunner()
+    top = runner.invoke(app, ["--help"], terminal_width=80).output
+    listed = top.split("Commands:")[1].strip().splitlines()
+    assert len(listed) == 9 and not any(line.rstrip().endswith("...") for line in listed), top
+    for command in COMMANDS:
+        text = runner.invoke(app, [*command, "--help"], terminal_width=100).output
+        assert not re.search(r"<[a-z]+(\[[^\]]*\])?>|\{[a-z_]+\}", text), text
+    report = runner.invoke(app, ["report", "--help"], terminal_width=100).output
+    assert "[OPTIONS] RUN_DIR..." in report and "RUN_DIR...  Run folders" in report
+    assert "--set KEY=VALUE" in report and "--x steps|tokens|time|flops" in report
+
+
 def test_version() -> None:
     done = mlmtrain("--version")
     assert done.returncode == 0
