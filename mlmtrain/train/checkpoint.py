@@ -28,11 +28,12 @@ from safetensors import SafetensorError
 from mlmtrain.config import PAIR_OBJECTIVES, TRAINING_KEYS, Config, records_setting, save_config
 from mlmtrain.data.tokenizer import TOKENIZER_FILES, load_tokenizer, save_tokenizer_files, tokenizer_fingerprint
 from mlmtrain.errors import UserError, first_line, loader_worker_died, shown
+from mlmtrain.model.families import BERT, Family, family_of
 from mlmtrain.model.pooler import add_pooler
 from mlmtrain.readers import read_json, read_saved_yaml
 from mlmtrain.runtime.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.runtime.files import remove_dead_leftovers, write_failure
-from mlmtrain.runtime.model_folder import from_pretrained, model_config
+from mlmtrain.runtime.model_folder import model_config
 from mlmtrain.train.model_card import write_model_card
 
 COMPLETE = "COMPLETE"
@@ -480,12 +481,14 @@ _ARCHITECTURE_KEYS = (
 )
 
 
-def _config_dropout(cfg: Config) -> dict[str, float]:
-    """The dropout keys of a model's config.json, as the config sets them."""
-    return {
-        "hidden_dropout_prob": cfg.model.hidden_dropout_prob,
-        "attention_probs_dropout_prob": cfg.model.attention_dropout_prob,
-    }
+def _saved_family(saved: dict[str, Any]) -> Family:
+    """The family of a checkpoint's config.json (BERT's keys for an ELECTRA one, which shares them)."""
+    return family_of(saved.get("model_type")) or BERT
+
+
+def _config_dropout(cfg: Config, family: Family = BERT) -> dict[str, float]:
+    """The dropout keys of a model's config.json (by its family's names), as the config sets them."""
+    return family.dropout_settings(cfg.model)
 
 
 def _read_model_config(folder: Path) -> dict[str, Any]:
@@ -552,7 +555,8 @@ def check_model_shape(folder: Path, cfg: Config) -> None:
 
     saved = _read_model_config(folder)
     objectives = {"bert": "mlm", "electra": "electra"}  # the model type each objective saves
-    saved_objective = objectives.get(saved.get("model_type"), saved.get("model_type"))
+    family = family_of(saved.get("model_type"))  # a continued base of another family trains MLM (families.py)
+    saved_objective = objectives.get(saved.get("model_type"), "mlm" if family else saved.get("model_type"))
     if "BertForPreTraining" in (saved.get("architectures") or []):
         saved_objective = saved_pair_objective(folder)
     if saved_objective != cfg.train.objective:
@@ -561,6 +565,8 @@ def check_model_shape(folder: Path, cfg: Config) -> None:
             f"{folder} was trained with train.objective {saved_objective}, the config says {cfg.train.objective}; "
             f"resume with train.objective: {saved_objective}, or start afresh with --overwrite",
         )
+    if family not in (None, BERT):  # a continued base's shape is its own: resolve_init_from took it from the folder
+        return
     found = _saved_model_configs(folder, cfg)  # before the tokenizer, whose loading reads config.json too
     for subfolder, (planned, decided) in _planned_models(cfg, VocabInfo.from_tokenizer(load_tokenizer(folder))).items():
         where, there = Path(folder) / subfolder if subfolder else Path(folder), found[subfolder]
@@ -584,7 +590,7 @@ def dropout_changes(folder: Path, cfg: Config) -> list[str]:
     """The dropout settings of the config that differ from the checkpoint's, as 'key: saved -> config' (a resume
     applies the config's: dropout only changes training)."""
     saved = _read_model_config(folder)
-    wanted = _config_dropout(cfg)
+    wanted = _config_dropout(cfg, _saved_family(saved))
     return [f"{key}: {saved.get(key)} -> {value}" for key, value in wanted.items() if saved.get(key) != value]
 
 
@@ -632,7 +638,7 @@ def other_tokenizer_message(folder: Path, cfg: Config) -> str:
 def load_resume_model(folder: Path, cfg: Config, fingerprint: str) -> Any:
     """The checkpoint's model, after checking it belongs to this config and tokenizer; the config's dropout
     applies (`dropout_changes` says which differ)."""
-    from transformers import BertForMaskedLM, BertForPreTraining
+    from transformers import BertForPreTraining
 
     from mlmtrain.data.masking import VocabInfo
     from mlmtrain.model.context import quiet_transformers
@@ -642,14 +648,14 @@ def load_resume_model(folder: Path, cfg: Config, fingerprint: str) -> Any:
     tokenizer = load_tokenizer(folder)
     if tokenizer_fingerprint(tokenizer) != fingerprint:
         raise UserError("checkpoint", other_tokenizer_message(folder, cfg))
-    dropout = _config_dropout(cfg)
+    family = _saved_family(_read_model_config(folder))
     try:
         with quiet_transformers():  # no load report for the pooler the checkpoint holds beside the masked-LM model
             if cfg.train.objective == "electra":
-                return load_electra(folder, cfg, VocabInfo.from_tokenizer(tokenizer), **dropout)
-            # the pair objectives train (and save) BERT's pre-training heads
-            model_class = BertForPreTraining if cfg.train.objective in PAIR_OBJECTIVES else BertForMaskedLM
-            return from_pretrained(model_class, folder, attn_implementation="sdpa", **dropout)
+                return load_electra(folder, cfg, VocabInfo.from_tokenizer(tokenizer), **_config_dropout(cfg))
+            # the pair objectives train (and save) BERT's pre-training heads; MLM the masked LM of the model's family
+            pairs = cfg.train.objective in PAIR_OBJECTIVES
+            return family.load(folder, cfg.model, BertForPreTraining if pairs else None)
     except UserError:
         raise
     except Exception as error:  # truncated safetensors and friends
