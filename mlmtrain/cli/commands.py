@@ -26,6 +26,7 @@ from mlmtrain.evaluate.perplexity import (
     load_masked_lm,
 )
 from mlmtrain.model.context import quiet_transformers
+from mlmtrain.model.families import model_positions
 from mlmtrain.train.precision import resolve_precision
 
 
@@ -134,7 +135,7 @@ def run_eval_command(
         raise UserError("argument", f"{seq_len_from} must be >= 8 (got {seq_len}); pass --seq-len 8 or more")
     torch_device = _device(device)
     mlm, tokenizer = load_masked_lm(folder)
-    positions = getattr(mlm.config, "max_position_embeddings", None)
+    positions = model_positions(mlm.config)
     if positions is not None and seq_len > positions:
         raise UserError(
             "argument",
@@ -268,7 +269,7 @@ def fill_mask_predictions(
     if top_k > vocabulary:
         raise UserError("argument", f"--top-k {top_k} is more than the model's {vocabulary} tokens; pass {vocabulary}")
     mask = tokenizer.mask_token
-    positions = getattr(mlm.config, "max_position_embeddings", None)
+    positions = model_positions(mlm.config)
     with quiet_transformers():
         fill = pipeline("fill-mask", model=mlm, tokenizer=tokenizer, device=torch_device, trust_remote_code=False)
     for line in texts:

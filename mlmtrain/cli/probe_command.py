@@ -18,6 +18,7 @@ from mlmtrain.evaluate.perplexity import check_tokenizer_fits
 from mlmtrain.evaluate.probe import PreparedTask, encoder_config, probe_encoder
 from mlmtrain.evaluate.probe_settings import MODES, POOLINGS, ProbeSettings
 from mlmtrain.evaluate.tasks import TaskFields, load_task
+from mlmtrain.model.families import model_positions
 from mlmtrain.runtime.files import check_writable_folder, write_failure
 
 
@@ -98,7 +99,7 @@ def run_probe_command(
     _check_save(save, settings.mode)
     torch_device = _device(device)
     config = encoder_config(model)  # before the task is read: a mistyped --model fails at once
-    positions = getattr(config, "max_position_embeddings", None)
+    positions = model_positions(config)
     if positions is not None and settings.max_length > positions:
         raise UserError(
             "argument", f"--max-length {settings.max_length} is beyond the model's {positions} positions; lower it"

@@ -167,6 +167,23 @@ def model_family(mlm: Any) -> Family:
     return family_of(getattr(mlm.config, "model_type", None)) or BERT
 
 
+def shape_of(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The shape of the model whose config.json is `config`, by ModelConfig's key names (num_layers, hidden_size, ...),
+    read under its family's names (BERT's for a model of no family); a key it lacks is None."""
+    family = family_of(config.get("model_type")) or BERT
+    return {key: config.get(name) for key, name in family.shape.items()}
+
+
+def model_positions(config: Any) -> Optional[int]:
+    """The longest sequence the model of a transformers config (or config.json's dict) takes: its
+    max_position_embeddings less what its family never uses (RoBERTa's padding offset); None when it does not say."""
+    values = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    try:
+        return (family_of(values.get("model_type")) or BERT).positions(values)
+    except (KeyError, TypeError):
+        return None
+
+
 def known_types() -> str:
     """The model types of every family, for a message: 'bert, roberta, ...'."""
     return ", ".join(_BY_TYPE)

@@ -18,7 +18,7 @@ import torch
 
 from mlmtrain.config import Config, TokenizerConfig, names_hub_repository, read_yaml, records_setting
 from mlmtrain.errors import UserError, first_line
-from mlmtrain.model.families import Family, family_of, known_types
+from mlmtrain.model.families import Family, family_of, known_types, model_positions
 from mlmtrain.readers import read_json, read_saved_yaml
 from mlmtrain.runtime.hub import hub_unreachable
 from mlmtrain.runtime.model_folder import model_config
@@ -334,10 +334,9 @@ def _positions(folder: Path) -> Optional[int]:
     """The longest sequence the model in `folder` takes (None: no readable config.json of a family's model)."""
     try:
         config = read_json(folder / "config.json")
-        family = family_of(config.get("model_type"))
-        return family.positions(config) if family is not None else None
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+    except (OSError, ValueError):
         return None
+    return model_positions(config) if isinstance(config, dict) else None
 
 
 def second_phase_note(cfg: Config, resume_from: Optional[Path]) -> Optional[str]:

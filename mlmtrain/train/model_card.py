@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from mlmtrain.config import Config, names_hub_repository, published_value, published_yaml
+from mlmtrain.model.families import family_of, shape_of
 from mlmtrain.readers import load_json_text, read_json
 from mlmtrain.train.init_from import ADDED_WORDS, added_words
 
@@ -123,7 +124,7 @@ def _front_matter(cfg: Config, model: dict[str, Any]) -> str:
         meta["language"] = languages
     if cfg.model.init_from and names_hub_repository(cfg.model.init_from):  # the Hub takes a repository id, never a path
         meta["base_model"] = cfg.model.init_from
-    meta["tags"] = ["mlmtrain", "electra"] if electra else ["mlmtrain", "bert", "fill-mask"]
+    meta["tags"] = ["mlmtrain", "electra"] if electra else ["mlmtrain", model.get("model_type", "bert"), "fill-mask"]
     return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n"
 
 
@@ -135,9 +136,14 @@ def _summary(cfg: Config, model: dict[str, Any], folder: Path, step: int) -> str
     )
     return (
         f"# {Path(cfg.train.run_dir).name}, step {step:,}\n\n"
-        f"A {model.get('num_hidden_layers')}-layer {model.get('model_type', 'bert').upper()} encoder pretrained "
+        f"A {shape_of(model)['num_layers']}-layer {_family_name(model)} encoder pretrained "
         f"{objective} by mlmtrain, {_parameters(folder):,} parameters.{_continued(cfg)}\n"
     )
+
+
+def _family_name(model: dict[str, Any]) -> str:
+    family = family_of(model.get("model_type"))
+    return family.name if family is not None else str(model.get("model_type", "bert")).upper()
 
 
 def _continued(cfg: Config) -> str:
@@ -166,13 +172,14 @@ def _table(header: tuple[str, str], rows: list[tuple[str, Any]]) -> str:
 
 
 def _model_section(model: dict[str, Any], folder: Path) -> str:
+    shape = shape_of(model)  # by the config.json names of the model's family
     rows = [
         ("architecture", ", ".join(model.get("architectures") or [model.get("model_type", "?")])),
-        ("layers", model.get("num_hidden_layers")),
-        ("hidden size", model.get("hidden_size")),
-        ("attention heads", model.get("num_attention_heads")),
-        ("feed-forward size", model.get("intermediate_size")),
-        ("max positions", model.get("max_position_embeddings")),
+        ("layers", shape["num_layers"]),
+        ("hidden size", shape["hidden_size"]),
+        ("attention heads", shape["num_heads"]),
+        ("feed-forward size", shape["intermediate_size"]),
+        ("max positions", shape["max_position_embeddings"]),
         ("embedding rows", model.get("vocab_size")),
         ("parameters", f"{_parameters(folder):,}"),
     ]

@@ -16,6 +16,7 @@ from mlmtrain.config import load_config
 from mlmtrain.train.loop import pretrain
 
 from ..conftest import WORDS, write_corpus
+from ..evaluate.test_probe import topics  # noqa: F401  (a fixture: a tiny labelled task)
 from .test_init_from import POSITIONS, SHAPE, base_tokenizer, continue_options
 from .test_reliability import assert_one_error_line, run_cli
 from .test_train import metrics, step_losses, weights
@@ -161,7 +162,12 @@ def _cli(capsys: pytest.CaptureFixture, options: list[str], *more: str) -> tuple
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_a_continued_base_of_each_family_learns_resumes_exactly_and_reloads_as_its_own_class(
-    family: str, bases: dict[str, Path], tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+    family: str,
+    bases: dict[str, Path],
+    tiny_data: Path,
+    topics: Path,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
 ) -> None:
     from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
@@ -199,6 +205,13 @@ def test_a_continued_base_of_each_family_learns_resumes_exactly_and_reloads_as_i
     ):
         code, lines = run_cli(capsys, command[0], "--model", str(final), *command[1:])
         assert code == 0, lines
+    probe = ["--task", str(topics / "task"), "--mode", "linear", "--max-length", "32", "--device", "cpu"]
+    code, lines = run_cli(capsys, "probe", "--model", str(final), *probe)
+    assert code == 0, lines
+    code, lines = run_cli(capsys, "report", str(tmp_path / "whole" / "run"))
+    assert code == 0, lines
+    card = (final / "README.md").read_text()  # the card reads the shape under the family's own key names
+    assert "A 2-layer " in card and "| layers | 2 |" in card and "| hidden size | 32 |" in card
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -354,3 +367,18 @@ def test_what_a_family_cannot_do_is_refused_in_one_line(
     assert code == 2
     assert_one_error_line(lines, *needles)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_commands_count_robertas_positions_after_its_padding_offset(
+    bases: dict[str, Path], tiny_data: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A RoBERTa with 66 position rows takes 64 tokens: eval-perplexity and probe refuse 66 in one line rather than
+    fail inside the model."""
+    base = str(bases["roberta"])
+    for command in (
+        ["eval-perplexity", "--model", base, "--data", str(tiny_data / "valid.txt"), "--seq-len", "66"],
+        ["probe", "--model", base, "--task", str(tiny_data), "--max-length", "66"],
+    ):
+        code, lines = run_cli(capsys, *command)
+        assert code == 2
+        assert_one_error_line(lines, "argument", f"beyond the model's {POSITIONS} positions")
