@@ -382,3 +382,27 @@ def test_the_commands_count_robertas_positions_after_its_padding_offset(
         code, lines = run_cli(capsys, *command)
         assert code == 2
         assert_one_error_line(lines, "argument", f"beyond the model's {POSITIONS} positions")
+
+
+def test_a_deberta_with_the_v3_head_scores_on_the_selected_rows_as_its_full_logits(tmp_path: Path) -> None:
+    """DeBERTa's non-legacy head (config.legacy false) projects onto the word embedding with a bias of its own."""
+    import torch.nn.functional as F
+
+    from mlmtrain.data.masking import IGNORE_INDEX
+    from mlmtrain.model.bert import MaskedLM
+
+    tokenizer = family_tokenizer("deberta-v2")
+    torch.manual_seed(3)
+    config = _deberta(tokenizer).config
+    config.legacy = False
+    mlm = type(_deberta(tokenizer))(config)
+    assert hasattr(mlm, "lm_predictions")
+    mlm.eval()
+    ids = torch.tensor([tokenizer(SAMPLE).input_ids])
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[0, 2:5] = ids[0, 2:5]
+    with torch.no_grad():
+        logits = mlm(input_ids=ids).logits[labels != IGNORE_INDEX]
+        expected = float(F.cross_entropy(logits, labels[labels != IGNORE_INDEX], reduction="sum"))
+        for sparse in (True, False):
+            assert float(MaskedLM(mlm, sparse_head=sparse)(ids, labels)) == pytest.approx(expected, rel=1e-5)
