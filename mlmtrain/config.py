@@ -186,7 +186,7 @@ class MaskingConfig:
     random_replace: float = _trains(
         0.1, "share of selected tokens replaced by a random ordinary token", check=within(0, 1, "[]")
     )
-    whole_word: bool = _trains(False, "select all WordPiece pieces of a word together")
+    whole_word: bool = _trains(False, "select all pieces of a word together (WordPiece, byte-level BPE, SentencePiece)")
     fixed_count: bool = _trains(
         False,
         "select exactly round(rate x maskable tokens) per block instead of a coin per token; with packing the inner "
@@ -239,7 +239,8 @@ class ModelConfig:
     )
     init_from: Union[str, None] = _trains(
         None,
-        "start from this BERT masked LM (a folder or hub name): its weights, shape and tokenizer; shape keys left at "
+        "start from this masked LM (a folder or hub name; BERT, RoBERTa, DistilBERT, ModernBERT, DeBERTa-v2): its "
+        "weights, shape and tokenizer; shape keys left at "
         "their defaults take the base's; optimizer and schedule start fresh",
     )
 

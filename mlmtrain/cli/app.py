@@ -153,7 +153,7 @@ def eval_perplexity(
         ...,
         "--model",
         "-m",
-        help="Masked-LM folder (any BertForMaskedLM-compatible checkpoint; of an ELECTRA run: its generator).",
+        help="Masked-LM folder (a checkpoint of any masked-LM family; of an ELECTRA run: its generator).",
     ),
     data: Optional[str] = typer.Option(
         None,

@@ -8,6 +8,7 @@ all see the same masks for the same block. No global RNG is touched.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ class VocabInfo:
     mask_id: int
     pad_id: int
     special_ids: tuple[int, ...]
-    # bool [vocab_size]: True for '##' WordPiece continuation pieces; None when the vocabulary has none
+    # bool [vocab_size]: True for pieces that continue a word (`word_marks`); None when the tokenizer marks no words
     continuation: torch.Tensor | None = field(default=None, compare=False)
     # lookup tables built once, so masking a batch is a few gathers
     _special_table: torch.Tensor = field(init=False, repr=False, compare=False)
@@ -65,14 +66,19 @@ class VocabInfo:
         vocab_size = len(tokenizer)
         special = set(tokenizer.all_special_ids)
         special.update(i for i, tok in tokenizer.added_tokens_decoder.items() if tok.special)
-        pieces = tokenizer.convert_ids_to_tokens(list(range(vocab_size)))
-        continuation = torch.tensor([p is not None and p.startswith("##") for p in pieces], dtype=torch.bool)
+        marks = word_marks(tokenizer)
+        continuation = None
+        if marks is not None:
+            pieces = tokenizer.convert_ids_to_tokens(list(range(vocab_size)))
+            kind, mark = marks  # a continuing piece bears the continuation mark, or lacks the word-start mark
+            joins = [p is not None and p.startswith(mark) == (kind == CONTINUES) for p in pieces]
+            continuation = torch.tensor(joins, dtype=torch.bool)
         return cls(
             vocab_size=vocab_size,
             mask_id=tokenizer.mask_token_id,
             pad_id=tokenizer.pad_token_id,
             special_ids=tuple(sorted(special)),
-            continuation=continuation if bool(continuation.any()) else None,
+            continuation=continuation if continuation is not None and bool(continuation.any()) else None,
         )
 
     def ordinary_ids(self) -> torch.Tensor:
@@ -82,6 +88,51 @@ class VocabInfo:
     def is_special(self, ids: torch.Tensor) -> torch.Tensor:
         """Bool, shaped like `ids`: which of them are special ([MASK] and [PAD] included)."""
         return _lookup(self._special_table, ids)
+
+
+CONTINUES, STARTS = "continues", "starts"  # what a tokenizer's word mark says of a piece
+
+
+def word_marks(tokenizer: Any) -> tuple[str, str] | None:
+    """How the tokenizer marks words, by its kind: (CONTINUES, '##') for WordPiece, whose pieces inside a word bear
+    the prefix; (STARTS, 'Ġ') for byte-level BPE and (STARTS, '▁') for SentencePiece (Unigram or BPE), whose first
+    piece of a word bears it. None for a tokenizer that marks no words (whole-word masks cannot find them)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    saved = json.loads(backend.to_str())
+    model = saved.get("model") or {}
+    if model.get("type") == "WordPiece":
+        return CONTINUES, model.get("continuing_subword_prefix") or "##"
+    if model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
+        return None  # a BPE that marks pieces inside or at the end of words: not a rule masks know
+    for part in _parts(saved.get("pre_tokenizer")) + _parts(saved.get("decoder")):
+        if part.get("type") == "ByteLevel":
+            return STARTS, "Ġ"  # the byte-level spelling of the space before a word
+        if part.get("type") == "Metaspace":
+            return STARTS, part.get("replacement") or "▁"
+    return None
+
+
+def _parts(component: Any) -> list[dict[str, Any]]:
+    """A tokenizer.json pre-tokenizer or decoder as its list of parts (a Sequence's, or itself)."""
+    if not isinstance(component, dict):
+        return []
+    inner = component.get("pretokenizers") or component.get("decoders")
+    return [part for part in inner if isinstance(part, dict)] if isinstance(inner, list) else [component]
+
+
+WHOLE_WORD_KINDS = "a WordPiece ('##'), byte-level BPE ('Ġ') or SentencePiece ('▁') tokenizer"
+
+
+def check_whole_words(tokenizer: Any, name: str) -> None:
+    """UserError when masking.whole_word cannot find the words of the tokenizer of `name` (`word_marks`)."""
+    if word_marks(tokenizer) is None:
+        raise UserError(
+            "masking",
+            f"masking.whole_word needs {WHOLE_WORD_KINDS}, which mark where words start, and the tokenizer of {name} "
+            "marks none; set masking.whole_word: false (masks then fall on single tokens)",
+        )
 
 
 def _splitmix64(x: int) -> int:
@@ -129,9 +180,10 @@ def _lookup(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 def _word_starts(maskable: torch.Tensor, continuation: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(is_start [B,T] bool, start_index [B,T] int64): the unit a position's selection decision belongs to.
 
-    Without `continuation` every maskable position is its own unit. With it, a '##' piece joins the
-    word of the position before it, unless that one is special or padding (those break words), so a
-    block that begins mid-word starts a word of its own at its first ordinary piece.
+    Without `continuation` every maskable position is its own unit. With it, a continuing piece (WordPiece's '##', a
+    BPE or SentencePiece piece without its word-start mark) joins the word of the position before it, unless that one
+    is special or padding (those break words), so a block that begins mid-word starts a word of its own at its first
+    ordinary piece.
     """
     positions = torch.arange(maskable.shape[1], device=maskable.device).expand_as(maskable)
     if continuation is None:
@@ -192,7 +244,9 @@ def mask_tokens(
     if len(seeds) != ids.shape[0]:
         raise ValueError(f"need one seed per row: {len(seeds)} seeds for {ids.shape[0]} rows")
     if cfg.whole_word and vocab.continuation is None:
-        raise UserError("masking", "masking.whole_word needs a WordPiece tokenizer with '##' pieces; set it to false")
+        raise UserError(
+            "masking", f"masking.whole_word needs {WHOLE_WORD_KINDS} (it marks words); set masking.whole_word: false"
+        )
     device = ids.device
 
     maskable = ~_lookup(vocab._special_table, ids)

@@ -33,6 +33,7 @@ TOKENIZER_META = "mlmtrain-tokenizer.json"  # how mlmtrain made the tokenizer; a
 # every name a tokenizer folder of mlmtrain's holds (transformers' save_pretrained included)
 TOKENIZER_FILES = re.compile(
     r"tokenizer\.json|tokenizer_config\.json|vocab\.txt|special_tokens_map\.json|added_tokens\.json"
+    r"|vocab\.json|merges\.txt|spm\.model|sentencepiece\.bpe\.model|tokenizer\.model"  # BPE and SentencePiece files
     r"|chat_template\.(?:jinja|json)|" + re.escape(TOKENIZER_META)
 )
 

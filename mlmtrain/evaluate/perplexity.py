@@ -28,6 +28,7 @@ from mlmtrain.data.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.evaluate.stats import ratio_interval
 from mlmtrain.model.context import autocast_context, eval_mode, quiet_transformers
+from mlmtrain.model.families import encode, family_of, head_logits
 from mlmtrain.runtime.model_folder import from_pretrained, model_config
 from mlmtrain.runtime.progress import progress_bar
 
@@ -62,13 +63,12 @@ class EvalResult:
 def per_row_nll(
     mlm: Any, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: Optional[torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(NLL sum, masked count, correct top-1 count) per row; NLL in float64. BERT-style models run their head on
-    masked rows only."""
+    """(NLL sum, masked count, correct top-1 count) per row; NLL in float64. A model of a family mlmtrain continues
+    (families.py) runs its head on the masked rows only."""
     selected = labels != IGNORE_INDEX
     rows = selected.nonzero()[:, 0]
-    if hasattr(mlm, "bert") and hasattr(mlm, "cls"):
-        hidden = mlm.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        logits = mlm.cls(hidden[selected])
+    if family_of(mlm.config.model_type) is not None:
+        logits = head_logits(mlm, encode(mlm, input_ids, attention_mask)[selected])
     else:  # any other masked LM: full logits, then keep the masked positions
         logits = mlm(input_ids=input_ids, attention_mask=attention_mask).logits[selected]
     nll = F.cross_entropy(logits.float(), labels[selected], reduction="none").double()

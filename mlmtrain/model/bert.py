@@ -19,6 +19,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from mlmtrain.config import ModelConfig
 from mlmtrain.data.masking import IGNORE_INDEX
 from mlmtrain.errors import UserError
+from mlmtrain.model.families import encode, head_logits, model_family
 from mlmtrain.model.fused_head import decoder_cross_entropy, fused_head_applies
 
 
@@ -120,9 +121,10 @@ AttentionMaskInterface.register(TRAINING_ATTENTION, unpadded_sdpa_mask)
 
 
 def use_training_attention(trained: torch.nn.Module) -> None:
-    """Switch every Hugging Face model inside `trained` (a BertForMaskedLM, ELECTRA's pair) to TRAINING_ATTENTION."""
+    """Switch every Hugging Face model inside `trained` (a masked LM, ELECTRA's pair) to TRAINING_ATTENTION, where
+    its attention goes through transformers' attention interface (DeBERTa's does not: it keeps its own)."""
     for module in trained.modules():
-        if isinstance(module, PreTrainedModel):
+        if isinstance(module, PreTrainedModel) and getattr(module, "_supports_attention_backend", True):
             module.set_attn_implementation(TRAINING_ATTENTION)
 
 
@@ -139,7 +141,8 @@ _fused_decoder_loss = torch.compiler.disable(decoder_cross_entropy)
 
 
 class MaskedLM(torch.nn.Module):
-    """Wraps a `BertForMaskedLM` so DDP / torch.compile wrap ONE module whose forward does encoder + head + loss.
+    """Wraps a masked LM (a `BertForMaskedLM`, or a base of another family: families.py) so DDP / torch.compile wrap ONE
+    module whose forward does encoder + head + loss.
 
     `forward` returns the SUM of the float32 cross-entropy over selected positions (labels != -100), so the loop
     can divide by the number of selected tokens in the whole global batch (all micro-batches, all ranks) and get
@@ -149,6 +152,7 @@ class MaskedLM(torch.nn.Module):
     def __init__(self, mlm: BertForMaskedLM, sparse_head: bool = True) -> None:
         super().__init__()
         self.mlm = mlm
+        self.family = model_family(mlm)  # where its encoder and head live
         self.sparse_head = sparse_head
         self.head_dtype: torch.dtype | None = None  # train.precision bf16-head: autocast for the head alone
         # True off the CPU: the head takes the collator's fixed-capacity positions as they are, static shapes
@@ -166,7 +170,7 @@ class MaskedLM(torch.nn.Module):
         # is_causal = config.is_decoder = False). An all-ones mask costs a `.all()` check, a host sync on CUDA, to
         # reach the same place; packed blocks have no padding, so pass None.
         # tests/model/test_model.py::test_unmasked_batch_reaches_sdpa_without_a_mask guards this against upgrades.
-        hidden = self.mlm.bert(input_ids, attention_mask=attention_mask).last_hidden_state
+        hidden = encode(self.mlm, input_ids, attention_mask)
         return self.head_loss(hidden, labels, selected_positions)
 
     def head_loss(
@@ -179,17 +183,17 @@ class MaskedLM(torch.nn.Module):
             # selected rows only.
             rows, targets = self.head_rows(labels, selected_positions)
             selected = hidden.flatten(0, 1).index_select(0, rows)
-            head = self.mlm.cls.predictions
+            transform, weight, bias = self.family.head(self.mlm)  # the model's own family's head (families.py)
             with head_autocast(hidden.device, self.head_dtype):
-                transformed = head.transform(selected)
-                if not self.static_rows and fused_head_applies(transformed, head.decoder.weight):
+                transformed = transform(selected)
+                if not self.static_rows and fused_head_applies(transformed, weight):
                     # training on the CPU (float32 or bf16): decoder and loss chunk by chunk, without the N x V
                     # logits (fused_head.py)
-                    return _fused_decoder_loss(transformed, head.decoder.weight, head.decoder.bias, targets)
-                logits = head.decoder(transformed)
+                    return _fused_decoder_loss(transformed, weight, bias, targets)
+                logits = F.linear(transformed, weight, bias)
         else:
             with head_autocast(hidden.device, self.head_dtype):
-                logits = self.mlm.cls.predictions(hidden).flatten(0, 1)  # BertForPreTraining's heads too
+                logits = head_logits(self.mlm, hidden).flatten(0, 1)
             targets = labels.flatten()
         # With no selected position the sum over an empty set is an exact 0 that still hangs off the graph (through
         # the empty head matmul), so backward runs and every parameter gets a zero gradient, as DDP expects.

@@ -19,6 +19,7 @@ from mlmtrain.evaluate.perplexity import (
     load_masked_lm,
 )
 from mlmtrain.model.context import quiet_transformers
+from mlmtrain.model.families import model_positions
 from mlmtrain.tools.arguments import check_count, device_option
 from mlmtrain.train.precision import resolve_precision
 
@@ -122,7 +123,7 @@ def evaluate_perplexity(
         raise UserError("argument", f"{seq_len_from} must be >= 8 (got {seq_len}); pass --seq-len 8 or more")
     torch_device = device_option(device)
     mlm, tokenizer = load_masked_lm(folder)
-    positions = getattr(mlm.config, "max_position_embeddings", None)
+    positions = model_positions(mlm.config)
     if positions is not None and seq_len > positions:
         raise UserError(
             "argument",
@@ -164,7 +165,7 @@ def fill_mask(
     if top_k > vocabulary:
         raise UserError("argument", f"--top-k {top_k} is more than the model's {vocabulary} tokens; pass {vocabulary}")
     mask = tokenizer.mask_token
-    positions = getattr(mlm.config, "max_position_embeddings", None)
+    positions = model_positions(mlm.config)
     with quiet_transformers():
         fill = pipeline("fill-mask", model=mlm, tokenizer=tokenizer, device=torch_device, trust_remote_code=False)
     for line in texts:

@@ -15,6 +15,7 @@ from mlmtrain.errors import UserError, interrupt_on_sigterm
 from mlmtrain.evaluate.perplexity import check_tokenizer_fits
 from mlmtrain.evaluate.probe import PreparedTask, encoder_config, probe_encoder
 from mlmtrain.evaluate.tasks import TaskFields, load_task
+from mlmtrain.model.families import model_positions
 from mlmtrain.probe_settings import MODES, POOLINGS, ProbeSettings
 from mlmtrain.runtime.files import check_writable_folder, write_failure
 from mlmtrain.tools.arguments import check_count, device_option
@@ -101,7 +102,7 @@ def probe(
     _check_save(save, settings.mode)
     torch_device = device_option(device)
     config = encoder_config(model)  # before the task is read: a mistyped --model fails at once
-    positions = getattr(config, "max_position_embeddings", None)
+    positions = model_positions(config)
     if positions is not None and settings.max_length > positions:
         raise UserError(
             "argument", f"--max-length {settings.max_length} is beyond the model's {positions} positions; lower it"

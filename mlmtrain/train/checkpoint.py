@@ -28,6 +28,7 @@ from safetensors import SafetensorError
 from mlmtrain.config import TRAINING_KEYS, Config, records_setting, save_config
 from mlmtrain.data.tokenizer import TOKENIZER_FILES, load_tokenizer, save_tokenizer_files, tokenizer_fingerprint
 from mlmtrain.errors import UserError, first_line, loader_worker_died, shown
+from mlmtrain.model.families import BERT, Family, family_of
 from mlmtrain.model.pooler import add_pooler
 from mlmtrain.readers import read_json, read_saved_yaml
 from mlmtrain.runtime.durable import fsync_dir, fsync_tree, write_marker
@@ -481,12 +482,14 @@ _ARCHITECTURE_KEYS = (
 )
 
 
-def _config_dropout(cfg: Config) -> dict[str, float]:
-    """The dropout keys of a model's config.json, as the config sets them."""
-    return {
-        "hidden_dropout_prob": cfg.model.hidden_dropout_prob,
-        "attention_probs_dropout_prob": cfg.model.attention_dropout_prob,
-    }
+def _saved_family(saved: dict[str, Any]) -> Family:
+    """The family of a checkpoint's config.json (BERT's keys for an ELECTRA one, which shares them)."""
+    return family_of(saved.get("model_type")) or BERT
+
+
+def _config_dropout(cfg: Config, family: Family = BERT) -> dict[str, float]:
+    """The dropout keys of a model's config.json (by its family's names), as the config sets them."""
+    return family.dropout_settings(cfg.model)
 
 
 def _read_model_config(folder: Path) -> dict[str, Any]:
@@ -534,13 +537,17 @@ def check_model_shape(folder: Path, cfg: Config) -> None:
     so a key the config changed would be ignored while the run's mlmtrain.yaml recorded it."""
     from mlmtrain.data.masking import VocabInfo
 
-    trained_with = saved_objective(folder, _read_model_config(folder))
+    saved = _read_model_config(folder)
+    family = family_of(saved.get("model_type"))  # a continued base of another family trains MLM (families.py)
+    trained_with = saved_objective(folder, saved)
     if trained_with != cfg.train.objective:
         raise UserError(
             "checkpoint",
             f"{folder} was trained with train.objective {trained_with}, the config says {cfg.train.objective}; "
             f"resume with train.objective: {trained_with}, or start afresh with --overwrite",
         )
+    if family not in (None, BERT):  # a continued base's shape is its own: resolve_init_from took it from the folder
+        return
     found = _saved_model_configs(folder, cfg)  # before the tokenizer, whose loading reads config.json too
     objective = objective_of(cfg, VocabInfo.from_tokenizer(load_tokenizer(folder)))
     for subfolder, (planned, decided) in _planned_models(objective).items():
@@ -565,7 +572,7 @@ def dropout_changes(folder: Path, cfg: Config) -> list[str]:
     """The dropout settings of the config that differ from the checkpoint's, as 'key: saved -> config' (a resume
     applies the config's: dropout only changes training)."""
     saved = _read_model_config(folder)
-    wanted = _config_dropout(cfg)
+    wanted = _config_dropout(cfg, _saved_family(saved))
     return [f"{key}: {saved.get(key)} -> {value}" for key, value in wanted.items() if saved.get(key) != value]
 
 
@@ -611,10 +618,10 @@ def load_resume_model(folder: Path, cfg: Config, fingerprint: str) -> Any:
     tokenizer = load_tokenizer(folder)
     if tokenizer_fingerprint(tokenizer) != fingerprint:
         raise UserError("checkpoint", other_tokenizer_message(folder, cfg))
-    dropout = _config_dropout(cfg)
+    family = _saved_family(_read_model_config(folder))
     try:
         with quiet_transformers():  # no load report for the pooler the checkpoint holds beside the masked-LM model
-            return objective_of(cfg, VocabInfo.from_tokenizer(tokenizer)).load(folder, dropout)
+            return objective_of(cfg, VocabInfo.from_tokenizer(tokenizer)).load(folder, family)
     except UserError:
         raise
     except Exception as error:  # truncated safetensors and friends

@@ -1,7 +1,8 @@
-"""Starting from an existing masked LM (`model.init_from`): find the base (a folder or a hub name), check it is a BERT
-masked LM with a usable tokenizer, fill the config's model shape and tokenizer from it (`resolve_init_from`), and
-load its weights for a fresh run (`load_base_model`). A resumed run of a base (`resumed_base`) takes all of that from
-the checkpoint it resumes, so the base may have moved or the Hub be out of reach.
+"""Starting from an existing masked LM (`model.init_from`): find the base (a folder or a hub name), check it is a
+masked LM of a family mlmtrain continues (`model/families.py`) with a usable tokenizer, fill the config's model shape
+and tokenizer from it (`resolve_init_from`), and load its weights for a fresh run (`load_base_model`). A resumed run
+of a base (`resumed_base`) takes all of that from the checkpoint it resumes, so the base may have moved or the Hub be
+out of reach.
 
 The base's shape, weights and tokenizer win: shape keys the user did not set take the base's values, a shape key
 set to another value (even its default) is refused, dropout keys may be set. Optimizer and schedule start fresh.
@@ -17,24 +18,17 @@ import torch
 
 from mlmtrain.config import Config, TokenizerConfig, names_hub_repository, read_yaml, records_setting
 from mlmtrain.errors import UserError, first_line
+from mlmtrain.model.families import Family, family_of, known_types, model_positions
 from mlmtrain.readers import read_json, read_saved_yaml
 from mlmtrain.runtime.hub import hub_unreachable
-from mlmtrain.runtime.model_folder import from_pretrained, model_config
+from mlmtrain.runtime.model_folder import model_config
 
 KEY = "model.init_from"
-SUPPORTED = "a BERT masked LM (model_type bert, BertForMaskedLM or BertForPreTraining weights)"
-
-# ModelConfig's shape keys and the names the base's config.json gives them
-SHAPE_KEYS = {
-    "hidden_size": "hidden_size",
-    "num_layers": "num_hidden_layers",
-    "num_heads": "num_attention_heads",
-    "intermediate_size": "intermediate_size",
-    "max_position_embeddings": "max_position_embeddings",
-}
+SUPPORTED = f"masked LMs of these model types: {known_types()}"
 # TokenizerConfig keys that only matter when training a new WordPiece vocabulary
 TRAINING_KEYS = ("vocab_size", "lowercase", "strip_accents", "min_frequency", "limit_alphabet")
-_HUB_FILES = ["*.json", "vocab.txt", "*.safetensors"]  # config, tokenizer and weights; not TF / Flax / ONNX copies
+# config, tokenizer (WordPiece, BPE merges, SentencePiece) and weights; not TF / Flax / ONNX copies
+_HUB_FILES = ["*.json", "vocab.txt", "merges.txt", "*.model", "*.safetensors"]
 
 
 def _refuse(message: str) -> UserError:
@@ -82,18 +76,34 @@ def _base_config(folder: Path, name: str) -> dict[str, Any]:
         config = model_config(folder)  # no code of the base's, and every key read here of the right type
     except UserError as error:
         raise _refuse(f"{name}: {error.message}") from None
-    model_type = config["model_type"]
-    if model_type != "bert":
-        raise _refuse(f"{name} is a {model_type!r} model; mlmtrain continues {SUPPORTED} only")
+    family = family_of(config["model_type"])
+    if family is None:
+        raise _refuse(
+            f"{name} is a {config['model_type']!r} model; mlmtrain continues {SUPPORTED}: use a base of one of them"
+        )
     architectures = config.get("architectures") or []
-    if architectures and not any(a in ("BertForMaskedLM", "BertForPreTraining") for a in architectures):
-        raise _refuse(f"{name} is a {architectures[0]}, not a masked LM; mlmtrain continues {SUPPORTED} only")
+    if architectures and not any(a in family.masked_lm for a in architectures):
+        raise _refuse(
+            f"{name} is a {architectures[0]}, not a masked LM; mlmtrain continues a {family.name} base saved as "
+            f"{' or '.join(family.masked_lm)}: use one with its masked-LM head"
+        )
+    for key, base_key in family.shape.items():  # read below: present and a whole number, or refused here
+        value = config.get(base_key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise _refuse(f"{name}: its config.json has no whole number {base_key} (model.{key}); use another base")
     return config
 
 
+def base_family(config: dict[str, Any]) -> Family:
+    """The family of a base's config.json that `_base_config` accepted."""
+    family = family_of(config["model_type"])
+    assert family is not None  # _base_config refused any other
+    return family
+
+
 def check_base(name: str) -> dict[str, Any]:
-    """The base's config.json, after checking that its weights load as a whole BertForMaskedLM and its tokenizer
-    has the tokens MLM needs (UserError naming the problem otherwise)."""
+    """The base's config.json, after checking that its weights load as a whole masked LM of its family and its
+    tokenizer has the tokens MLM needs (UserError naming the problem otherwise)."""
     from mlmtrain.evaluate.perplexity import load_masked_lm
 
     folder = base_folder(name)
@@ -136,24 +146,22 @@ def resolve_init_from(cfg: Config, check_weights: bool = True, resumed: Optional
     name = cfg.model.init_from
     if not name:
         return
-    from mlmtrain.train.objectives import objective_class  # here: `config show` need not load transformers
-
-    if not objective_class(cfg).continues_a_model:
-        raise _refuse(
-            f"is set with train.objective {cfg.train.objective}; starting {cfg.train.objective} from an existing "
-            "model is not supported: drop model.init_from or use train.objective: mlm"
-        )
     if resumed is not None:
         config = _resumed_config(resumed, name)
     else:
         config = check_base(name) if check_weights else _base_config(base_folder(name), name)
-    _take_shape(cfg, config, name)
+    family = base_family(config)
+    if cfg.train.objective not in family.objectives:
+        applies = " or ".join(family.objectives)
+        raise _refuse(
+            f"is set with train.objective {cfg.train.objective}; starting {cfg.train.objective} from an existing "
+            f"model is not supported (a {family.name} base continues with {applies}): drop model.init_from or use "
+            f"train.objective: {family.objectives[0]}"
+        )
+    _take_shape(cfg, config, name, family)
     _take_tokenizer(cfg.tokenizer, config, name)
-    if cfg.tokenizer.extend_vocab and resumed is None:  # a resume's tokenizer is the checkpoint's, extended already
-        from mlmtrain.data.tokenizer import extendable_vocab, load_tokenizer
-
-        extendable_vocab(load_tokenizer(name), name)  # a tokenizer that cannot be extended is refused now
-    positions = cfg.model.max_position_embeddings
+    _check_tokenizer_use(cfg, name, resumed)
+    positions = family.positions(config)
     lengths = [("data.seq_len", cfg.data.seq_len)] + (
         [("probe.max_length", cfg.probe.max_length)] if cfg.probe.task else []
     )
@@ -167,11 +175,28 @@ def resolve_init_from(cfg: Config, check_weights: bool = True, resumed: Optional
     cfg.validate()
 
 
-def _take_shape(cfg: Config, config: dict[str, Any], name: str) -> None:
-    """The base's shape into `cfg.model`: keys the user did not set take it, a key set to another value (its default
-    included) is refused."""
+def _check_tokenizer_use(cfg: Config, name: str, resumed: Optional[Path]) -> None:
+    """UserError now, before anything is written, for what the run would ask of the base's tokenizer (a resumed
+    checkpoint's: `resumed`) and it cannot do: extend its vocabulary (tokenizer.extend_vocab; a resume's tokenizer is
+    extended already), or mark whole words (masking.whole_word)."""
+    from mlmtrain.data.masking import check_whole_words
+    from mlmtrain.data.tokenizer import extendable_vocab, load_tokenizer
+
+    extend = bool(cfg.tokenizer.extend_vocab) and resumed is None
+    if not (extend or cfg.masking.whole_word):
+        return
+    tokenizer = load_tokenizer(resumed or name)
+    if extend:
+        extendable_vocab(tokenizer, name)
+    if cfg.masking.whole_word:
+        check_whole_words(tokenizer, name)
+
+
+def _take_shape(cfg: Config, config: dict[str, Any], name: str, family: Family) -> None:
+    """The base's shape into `cfg.model` (by the config.json names of its family): keys the user did not set take it,
+    a key set to another value (its default included) is refused."""
     model = cfg.model
-    for key, base_key in SHAPE_KEYS.items():
+    for key, base_key in family.shape.items():
         value, base_value = getattr(model, key), config[base_key]
         if value != base_value and cfg.set_by_user(f"model.{key}"):
             raise _refuse(f"{name} has {base_key}={base_value}, but model.{key} is {value}; drop model.{key}")
@@ -183,10 +208,7 @@ def _take_shape(cfg: Config, config: dict[str, Any], name: str) -> None:
             f"({model.pad_vocab_multiple}); drop model.pad_vocab_multiple"
         )
     if model.dropout is None:  # dropout keys the user did not set take the base's (they may be set)
-        for key, base_key in (
-            ("hidden_dropout", "hidden_dropout_prob"),
-            ("attention_dropout", "attention_probs_dropout_prob"),
-        ):
+        for key, base_key in family.dropout.items():
             if not cfg.set_by_user(f"model.{key}") and base_key in config:
                 setattr(model, key, float(config[base_key]))
 
@@ -228,20 +250,13 @@ def kept_pooler(cfg: Config, resume_from: Optional[Path]) -> Optional[dict[str, 
 
 
 def load_base_model(cfg: Config) -> Any:
-    """The base's BertForMaskedLM in float32, with the config's dropout (a resolved config: `resolve_init_from`)."""
-    from transformers import BertForMaskedLM
-
+    """The base's masked LM, of its family's class, in float32, with the config's dropout (a resolved config:
+    `resolve_init_from`)."""
     from mlmtrain.model.context import quiet_transformers
 
+    folder = base_folder(cfg.model.init_from)
     with quiet_transformers():
-        model = from_pretrained(
-            BertForMaskedLM,
-            base_folder(cfg.model.init_from),
-            attn_implementation="sdpa",
-            dtype=torch.float32,
-            hidden_dropout_prob=cfg.model.hidden_dropout_prob,
-            attention_probs_dropout_prob=cfg.model.attention_dropout_prob,
-        )
+        model = base_family(model_config(folder)).load(folder, cfg.model, dtype=torch.float32)
     add_word_rows(model, cfg)
     return model
 
@@ -316,11 +331,12 @@ def _trained_seq_len(folder: Path) -> Optional[int]:
 
 
 def _positions(folder: Path) -> Optional[int]:
+    """The longest sequence the model in `folder` takes (None: no readable config.json of a family's model)."""
     try:
-        value = read_json(folder / "config.json").get("max_position_embeddings")
-    except (OSError, ValueError, AttributeError):
+        config = read_json(folder / "config.json")
+    except (OSError, ValueError):
         return None
-    return value if isinstance(value, int) else None
+    return model_positions(config) if isinstance(config, dict) else None
 
 
 def second_phase_note(cfg: Config, resume_from: Optional[Path]) -> Optional[str]:

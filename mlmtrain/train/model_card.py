@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from mlmtrain.config import Config, names_hub_repository, published_value, published_yaml
+from mlmtrain.model.families import family_of, shape_of
 from mlmtrain.readers import load_json_text, read_json
 from mlmtrain.train.init_from import ADDED_WORDS, added_words
 from mlmtrain.train.objectives import objective_class
@@ -50,7 +51,7 @@ def write_model_card(
     records = _records_up_to(Path(run_dir) / "metrics.jsonl", step)
     body = "\n".join(
         [
-            _front_matter(cfg),
+            _front_matter(cfg, model),
             _summary(cfg, model, folder, step),
             _model_section(model, folder),
             _tokenizer_section(cfg, folder),
@@ -107,7 +108,7 @@ def _languages(cfg: Config) -> list[str]:
     return [] if language is None else [language] if isinstance(language, str) else list(language)
 
 
-def _front_matter(cfg: Config) -> str:
+def _front_matter(cfg: Config, model: dict[str, Any]) -> str:
     objective = objective_class(cfg)
     meta: dict[str, Any] = {
         "library_name": "transformers",
@@ -120,16 +121,24 @@ def _front_matter(cfg: Config) -> str:
         meta["language"] = languages
     if cfg.model.init_from and names_hub_repository(cfg.model.init_from):  # the Hub takes a repository id, never a path
         meta["base_model"] = cfg.model.init_from
-    meta["tags"] = ["mlmtrain", *objective.card_tags]
+    model_type = str(
+        model.get("model_type", "bert")
+    )  # the family's name tag (bert, roberta, ...), then the objective's
+    meta["tags"] = list(dict.fromkeys(["mlmtrain", model_type, *objective.card_tags]))
     return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n"
 
 
 def _summary(cfg: Config, model: dict[str, Any], folder: Path, step: int) -> str:
     return (
         f"# {Path(cfg.train.run_dir).name}, step {step:,}\n\n"
-        f"A {model.get('num_hidden_layers')}-layer {model.get('model_type', 'bert').upper()} encoder pretrained "
+        f"A {shape_of(model)['num_layers']}-layer {_family_name(model)} encoder pretrained "
         f"{objective_class(cfg).card_trained} by mlmtrain, {_parameters(folder):,} parameters.{_continued(cfg)}\n"
     )
+
+
+def _family_name(model: dict[str, Any]) -> str:
+    family = family_of(model.get("model_type"))
+    return family.name if family is not None else str(model.get("model_type", "bert")).upper()
 
 
 def _continued(cfg: Config) -> str:
@@ -158,13 +167,14 @@ def _table(header: tuple[str, str], rows: list[tuple[str, Any]]) -> str:
 
 
 def _model_section(model: dict[str, Any], folder: Path) -> str:
+    shape = shape_of(model)  # by the config.json names of the model's family
     rows = [
         ("architecture", ", ".join(model.get("architectures") or [model.get("model_type", "?")])),
-        ("layers", model.get("num_hidden_layers")),
-        ("hidden size", model.get("hidden_size")),
-        ("attention heads", model.get("num_attention_heads")),
-        ("feed-forward size", model.get("intermediate_size")),
-        ("max positions", model.get("max_position_embeddings")),
+        ("layers", shape["num_layers"]),
+        ("hidden size", shape["hidden_size"]),
+        ("attention heads", shape["num_heads"]),
+        ("feed-forward size", shape["intermediate_size"]),
+        ("max positions", shape["max_position_embeddings"]),
         ("embedding rows", model.get("vocab_size")),
         ("parameters", f"{_parameters(folder):,}"),
     ]

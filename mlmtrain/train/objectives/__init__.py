@@ -18,6 +18,7 @@ from typing import Any
 
 from mlmtrain.config import Config
 from mlmtrain.data.masking import VocabInfo
+from mlmtrain.model.families import family_of
 from mlmtrain.readers import read_saved_yaml
 from mlmtrain.train.objectives.base import Evaluation, Objective
 from mlmtrain.train.objectives.electra import Electra
@@ -50,6 +51,8 @@ def saved_objective(folder: Path, saved: dict[str, Any]) -> str:
     the first; with no architecture of ours, the first of its model type (its model type, when none has it)."""
     model_type, named = saved.get("model_type"), saved.get("architectures") or []
     by_type = [name for name, kind in REGISTRY.items() if kind.model_type == model_type]
+    if not by_type and family_of(model_type) is not None:  # a continued base of another family (model/families.py)
+        by_type = [name for name, kind in REGISTRY.items() if kind.continues_a_model]
     sharing = [name for name in by_type if REGISTRY[name].architecture in named]
     if len(sharing) > 1:
         run = read_saved_yaml(Path(folder) / "mlmtrain.yaml") or {}

@@ -14,6 +14,7 @@ from mlmtrain.config import Config, MaskingConfig
 from mlmtrain.data.blocks import StoreBlocks
 from mlmtrain.data.masking import IGNORE_INDEX, MaskingCollator, VocabInfo, evaluation_masking
 from mlmtrain.data.store import TokenStore
+from mlmtrain.model.families import Family
 
 Blocks = Union[Sequence[np.ndarray], Mapping[int, np.ndarray]]
 
@@ -50,7 +51,7 @@ class Objective:
     model_folders: ClassVar[tuple[str, ...]] = ("",)  # the checkpoint's model folders: "" itself, or a subfolder
     continues_a_model: ClassVar[bool] = False  # whether model.init_from may name a base to start from
     card_pipeline_tag: ClassVar[str] = "fill-mask"
-    card_tags: ClassVar[tuple[str, ...]] = ("bert", "fill-mask")
+    card_tags: ClassVar[tuple[str, ...]] = ("fill-mask",)  # after mlmtrain's and the model type's
     card_trained: ClassVar[str] = "with masked language modeling"  # "pretrained ... by mlmtrain" in the card
     card_usage: ClassVar[str] = FILL_MASK_USAGE  # the card's "How to load" code
 
@@ -66,8 +67,9 @@ class Objective:
         first for reproducible weights)."""
         raise NotImplementedError
 
-    def load(self, folder: Any, dropout: dict[str, float]) -> Any:
-        """The model a checkpoint folder holds (for resume), with `dropout`'s config keys applied."""
+    def load(self, folder: Any, family: Family) -> Any:
+        """The model a checkpoint folder holds (for resume), loaded as its `family` loads, with the config's
+        dropout."""
         raise NotImplementedError
 
     def planned_models(self, decided: dict[str, str]) -> dict[str, tuple[Any, dict[str, str]]]:

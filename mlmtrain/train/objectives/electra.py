@@ -21,6 +21,7 @@ from mlmtrain.model.electra import (
     masking_rate_note,
     scored_positions,
 )
+from mlmtrain.model.families import Family
 from mlmtrain.train.objectives.base import Blocks, Evaluation, Objective
 
 
@@ -48,8 +49,8 @@ class Electra(Objective):
     def build(self) -> Any:
         return build_electra(self.cfg, self.vocab)
 
-    def load(self, folder: Any, dropout: dict[str, float]) -> Any:
-        return load_electra(folder, self.cfg, self.vocab, **dropout)
+    def load(self, folder: Any, family: Family) -> Any:
+        return load_electra(folder, self.cfg, self.vocab, **family.dropout_settings(self.cfg.model))
 
     def planned_models(self, decided: dict[str, str]) -> dict[str, tuple[Any, dict[str, str]]]:
         discriminator, generator = electra_configs(self.cfg, self.vocab)

@@ -10,6 +10,7 @@ import torch
 
 from mlmtrain.data.masking import MaskingCollator
 from mlmtrain.model.bert import MaskedLM, bert_config, build_model, flops_per_token
+from mlmtrain.model.families import Family
 from mlmtrain.train.objectives.base import Blocks, Evaluation, Objective
 
 
@@ -25,16 +26,8 @@ class MaskedLanguageModel(Objective):
             return load_base_model(self.cfg)
         return build_model(self.cfg.model, vocab_size=self.vocab.vocab_size, pad_id=self.vocab.pad_id)
 
-    def load(self, folder: Any, dropout: dict[str, float]) -> Any:
-        from transformers import BertForMaskedLM
-
-        return self.load_bert(BertForMaskedLM, folder, dropout)
-
-    @staticmethod
-    def load_bert(model_class: Any, folder: Any, dropout: dict[str, float]) -> Any:
-        from mlmtrain.runtime.model_folder import from_pretrained
-
-        return from_pretrained(model_class, folder, attn_implementation="sdpa", **dropout)
+    def load(self, folder: Any, family: Family) -> Any:
+        return family.load(folder, self.cfg.model)  # the masked LM of the checkpoint's family (a continued base's)
 
     def planned_models(self, decided: dict[str, str]) -> dict[str, tuple[Any, dict[str, str]]]:
         return {"": (bert_config(self.cfg.model, self.vocab.vocab_size, self.vocab.pad_id), decided)}

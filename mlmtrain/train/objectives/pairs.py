@@ -10,6 +10,7 @@ import torch
 
 from mlmtrain.data.masking import IGNORE_INDEX
 from mlmtrain.data.store import TokenStore
+from mlmtrain.model.families import Family
 from mlmtrain.model.pairs import PairPretraining, build_pretraining, evaluate_pairs, pair_windows
 from mlmtrain.train.objectives.base import Blocks, Evaluation
 from mlmtrain.train.objectives.mlm import MaskedLanguageModel
@@ -26,10 +27,10 @@ class SentencePairs(MaskedLanguageModel):
     def build(self) -> Any:
         return build_pretraining(self.cfg.model, vocab_size=self.vocab.vocab_size, pad_id=self.vocab.pad_id)
 
-    def load(self, folder: Any, dropout: dict[str, float]) -> Any:
+    def load(self, folder: Any, family: Family) -> Any:
         from transformers import BertForPreTraining
 
-        return self.load_bert(BertForPreTraining, folder, dropout)
+        return family.load(folder, self.cfg.model, BertForPreTraining)  # BERT's pre-training heads
 
     def step_module(self, trained: Any) -> torch.nn.Module:
         return PairPretraining(trained, sparse_head=self.cfg.model.sparse_head)

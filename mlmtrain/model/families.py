@@ -1,0 +1,201 @@
+"""The masked-LM families `model.init_from` continues, one `Family` each: the masked-LM class and where its encoder
+and head live, the config.json names of the shape and dropout keys, the positions a sequence cannot use, the
+attention it loads with and the objectives it trains. What differs between families is here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import torch
+import torch.nn.functional as F
+
+from mlmtrain.config import ModelConfig
+from mlmtrain.runtime.model_folder import from_pretrained
+
+# a masked-LM head split at its vocabulary projection: (transform of hidden states, decoder weight, decoder bias), so
+# the projection runs on the selected rows only
+Head = tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor, Optional[torch.Tensor]]
+
+
+def _bert_head(mlm: Any) -> Head:
+    predictions = mlm.cls.predictions  # BertForMaskedLM and BertForPreTraining alike; DeBERTa's legacy head too
+    return predictions.transform, predictions.decoder.weight, predictions.decoder.bias
+
+
+def _roberta_head(mlm: Any) -> Head:
+    head = mlm.lm_head
+    return (lambda x: head.layer_norm(F.gelu(head.dense(x)))), head.decoder.weight, head.decoder.bias
+
+
+def _distilbert_head(mlm: Any) -> Head:
+    def transform(x: torch.Tensor) -> torch.Tensor:
+        return mlm.vocab_layer_norm(mlm.activation(mlm.vocab_transform(x)))
+
+    return transform, mlm.vocab_projector.weight, mlm.vocab_projector.bias
+
+
+def _modernbert_head(mlm: Any) -> Head:
+    return mlm.head, mlm.decoder.weight, mlm.decoder.bias
+
+
+def _deberta_head(mlm: Any) -> Head:
+    if getattr(mlm, "legacy", True):  # config.legacy (the default): a BERT-style cls.predictions head
+        return _bert_head(mlm)
+    head = mlm.lm_predictions.lm_head  # projects onto the word embedding, with a bias of its own
+    transform = lambda x: head.LayerNorm(head.transform_act_fn(head.dense(x)))  # noqa: E731
+    return transform, mlm.deberta.embeddings.word_embeddings.weight, head.bias
+
+
+_BERT_SHAPE = {
+    "hidden_size": "hidden_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "intermediate_size": "intermediate_size",
+    "max_position_embeddings": "max_position_embeddings",
+}
+_BERT_DROPOUT = {"hidden_dropout": "hidden_dropout_prob", "attention_dropout": "attention_probs_dropout_prob"}
+
+
+def _after_padding(config: Mapping[str, Any]) -> int:
+    """RoBERTa's positions count from padding_idx + 1: that many of max_position_embeddings are never used."""
+    pad = config.get("pad_token_id")
+    return pad + 1 if isinstance(pad, int) and not isinstance(pad, bool) and pad >= 0 else 0
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # as the docs and messages call it
+    model_types: tuple[str, ...]  # config.json's model_type
+    masked_lm: tuple[str, ...]  # the architectures that hold a whole masked LM; the first is the class trained
+    encoder: str  # the masked LM's attribute that holds the encoder
+    head: Callable[[Any], Head]
+    tokenizers: str  # the tokenizers its published models bring (docs)
+    shape: Mapping[str, str] = field(default_factory=lambda: _BERT_SHAPE)  # ModelConfig key -> config.json key
+    dropout: Mapping[str, str] = field(default_factory=lambda: _BERT_DROPOUT)  # ModelConfig key -> config.json key
+    sdpa: bool = True  # loads with attn_implementation="sdpa"; DeBERTa's disentangled attention has only its own
+    # train.objective values a continued base trains: MLM for every family (NSP/SOP and ELECTRA build a BERT afresh)
+    objectives: tuple[str, ...] = ("mlm",)
+    unused_positions: Callable[[Mapping[str, Any]], int] = lambda config: 0
+
+    def masked_lm_class(self) -> Any:
+        import transformers
+
+        return getattr(transformers, self.masked_lm[0])
+
+    def positions(self, config: Mapping[str, Any]) -> int:
+        """The longest sequence a model of this family with config.json `config` takes."""
+        return config[self.shape["max_position_embeddings"]] - self.unused_positions(config)
+
+    def dropout_settings(self, model: ModelConfig) -> dict[str, float]:
+        """The config.json dropout keys of this family, as `model` (a resolved config) sets them."""
+        values = {"hidden_dropout": model.hidden_dropout_prob, "attention_dropout": model.attention_dropout_prob}
+        return {name: values[key] for key, name in self.dropout.items()}
+
+    def load(self, folder: Union[str, Path], model: ModelConfig, model_class: Any = None, **kwargs: Any) -> Any:
+        """The family's masked LM (or `model_class`) from `folder`, with `model`'s dropout and its attention."""
+        if self.sdpa:
+            kwargs["attn_implementation"] = "sdpa"
+        return from_pretrained(model_class or self.masked_lm_class(), folder, **self.dropout_settings(model), **kwargs)
+
+
+FAMILIES = (
+    Family(
+        "BERT",
+        ("bert",),
+        ("BertForMaskedLM", "BertForPreTraining"),
+        "bert",
+        head=_bert_head,
+        tokenizers="WordPiece",
+    ),
+    Family(
+        "RoBERTa",
+        ("roberta", "xlm-roberta", "camembert"),
+        ("RobertaForMaskedLM", "XLMRobertaForMaskedLM", "CamembertForMaskedLM"),
+        "roberta",
+        head=_roberta_head,
+        tokenizers="byte-level BPE (RoBERTa), SentencePiece (XLM-RoBERTa, CamemBERT)",
+        unused_positions=_after_padding,
+    ),
+    Family(
+        "DistilBERT",
+        ("distilbert",),
+        ("DistilBertForMaskedLM",),
+        "distilbert",
+        head=_distilbert_head,
+        tokenizers="WordPiece",
+        shape={
+            **_BERT_SHAPE,
+            **{"hidden_size": "dim", "num_layers": "n_layers", "num_heads": "n_heads"},
+            "intermediate_size": "hidden_dim",
+        },
+        dropout={"hidden_dropout": "dropout", "attention_dropout": "attention_dropout"},
+    ),
+    Family(
+        "ModernBERT",
+        ("modernbert",),
+        ("ModernBertForMaskedLM",),
+        "model",
+        head=_modernbert_head,
+        tokenizers="byte-level BPE",
+        dropout={"hidden_dropout": "mlp_dropout", "attention_dropout": "attention_dropout"},
+    ),
+    Family(
+        "DeBERTa-v2/v3",
+        ("deberta-v2",),
+        ("DebertaV2ForMaskedLM",),
+        "deberta",
+        head=_deberta_head,
+        tokenizers="SentencePiece (Unigram)",
+        sdpa=False,
+    ),
+)
+BERT = FAMILIES[0]
+_BY_TYPE = {model_type: family for family in FAMILIES for model_type in family.model_types}
+
+
+def family_of(model_type: Any) -> Optional[Family]:
+    """The family of config.json's `model_type`; None for a model type mlmtrain does not continue."""
+    return _BY_TYPE.get(model_type) if isinstance(model_type, str) else None
+
+
+def model_family(mlm: Any) -> Family:
+    """The family of a loaded masked LM (BERT for a model mlmtrain built)."""
+    return family_of(getattr(mlm.config, "model_type", None)) or BERT
+
+
+def shape_of(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The shape of the model whose config.json is `config`, by ModelConfig's key names (num_layers, hidden_size, ...),
+    read under its family's names (BERT's for a model of no family); a key it lacks is None."""
+    family = family_of(config.get("model_type")) or BERT
+    return {key: config.get(name) for key, name in family.shape.items()}
+
+
+def model_positions(config: Any) -> Optional[int]:
+    """The longest sequence the model of a transformers config (or config.json's dict) takes: its
+    max_position_embeddings less what its family never uses (RoBERTa's padding offset); None when it does not say."""
+    values = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    try:
+        return (family_of(values.get("model_type")) or BERT).positions(values)
+    except (KeyError, TypeError):
+        return None
+
+
+def known_types() -> str:
+    """The model types of every family, for a message: 'bert, roberta, ...'."""
+    return ", ".join(_BY_TYPE)
+
+
+def encode(mlm: Any, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor], **kwargs: Any) -> torch.Tensor:
+    """The encoder's last hidden states [B,T,H] of a masked LM of any family (no head)."""
+    encoder = getattr(mlm, model_family(mlm).encoder)
+    return encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
+
+
+def head_logits(mlm: Any, hidden: torch.Tensor) -> torch.Tensor:
+    """The masked-LM head of a model of any family on `hidden` (the rows it should score)."""
+    transform, weight, bias = model_family(mlm).head(mlm)
+    return F.linear(transform(hidden), weight, bias)
