@@ -386,7 +386,7 @@ class TrainConfig:
         None,
         "stop after this many training FLOPs (the objective's FLOPs per token x tokens, e.g. 1e15); the schedule "
         "stretches to fit; replaces the default max_steps, and contradicts max_tokens and a max_steps you set",
-        check=above(0),
+        check=Check(lambda flops: flops > 0, "must be a finite number > 0"),
     )
     trackers: list[Literal["tensorboard", "mlflow", "wandb"]] = _quiet(
         [],
