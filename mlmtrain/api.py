@@ -25,14 +25,17 @@ def tokenize(config: Config) -> Path:
     return run_tokenize(config)
 
 
-def pretrain(config: Config, resume: Optional[str] = None, overwrite: bool = False) -> Path:
+def pretrain(
+    config: Config, resume: Optional[str] = None, overwrite: bool = False, branch_from: Optional[str] = None
+) -> Path:
     """`mlmtrain pretrain`: train as the config says (tokenizing first if needed); returns the last checkpoint's
     folder (RUN_DIR/checkpoints/step-N).
 
-    `resume` is 'auto' or a checkpoint folder, as `--resume` takes it."""
+    `resume` is 'auto' or a checkpoint folder, as `--resume` takes it; `branch_from` a checkpoint of another run to
+    start this new run from, as `--branch-from` takes it."""
     from mlmtrain.train.loop import pretrain as run_pretrain
 
-    return Path(run_pretrain(config, resume=resume, overwrite=overwrite))
+    return Path(run_pretrain(config, resume=resume, overwrite=overwrite, branch_from=branch_from))
 
 
 def evaluate_perplexity(

@@ -192,6 +192,16 @@ class MaskingConfig:
         "select exactly round(rate x maskable tokens) per block instead of a coin per token; with packing the inner "
         "[SEP]s are not maskable, so the count varies a little between blocks (shapes are not fully static)",
     )
+    schedule: Literal["constant", "linear", "cosine"] = _trains(
+        "constant",
+        "how the training rate moves from mlm_probability to mlm_probability_end over train.max_steps (evaluations "
+        "keep eval_mlm_probability)",
+    )
+    mlm_probability_end: Union[float, None] = _trains(
+        None,
+        "with a linear or cosine masking.schedule: the rate of the last step; null: no schedule",
+        check=within(0, 1, "()"),
+    )
     eval_seed: int = _quiet(1234, "seed of the fixed evaluation masks")
     eval_mlm_probability: float = _quiet(
         0.15,
@@ -201,6 +211,15 @@ class MaskingConfig:
     )
 
     def validate(self) -> None:
+        scheduled = self.schedule != "constant"
+        _check(
+            scheduled == (self.mlm_probability_end is not None),
+            "masking.mlm_probability_end",
+            "is set but masking.schedule is constant; set masking.schedule: linear or cosine, or drop "
+            "masking.mlm_probability_end"
+            if not scheduled
+            else f"is null but masking.schedule is {self.schedule}; set it to the rate of the last step (e.g. 0.15)",
+        )
         _check(
             self.mask_replace + self.random_replace <= 1.0 + 1e-9,
             "masking.mask_replace",
@@ -307,10 +326,17 @@ class OptimConfig:
         "warmup_steps / max_steps of whichever budget ends the run",
         check=at_least(0),
     )
-    schedule: Literal["linear", "cosine", "constant", "one-cycle"] = _trains(
+    schedule: Literal["linear", "cosine", "constant", "one-cycle", "wsd"] = _trains(
         "linear",
         "decay after warm-up; one-cycle: a triangle over the budget (up to lr at cycle_peak, then down; "
-        "warmup_steps unused), as Cramming trains",
+        "warmup_steps unused), as Cramming trains; wsd: warm-up, constant lr, then a decay over the last "
+        "decay_share of the budget",
+    )
+    decay_share: float = _trains(
+        0.2, "wsd: the share of the budget, at its end, that the decay takes", check=within(0, 1, "()")
+    )
+    decay_shape: Literal["linear", "1-sqrt"] = _trains(
+        "1-sqrt", "wsd: the decay's shape: linear, or 1 - sqrt(t), which stays high longer and falls at the end"
     )
     cycle_peak: float = _trains(
         0.5, "one-cycle: the share of the budget at which the learning rate peaks", check=within(0, 1, "()")
@@ -578,6 +604,12 @@ class Config:
                     f"model.{name}",
                     f"({value}) contradicts model.dropout ({self.model.dropout}); set one of them",
                 )
+        _check(
+            self.masking.schedule == "constant" or self.train.max_steps is not None,
+            "masking.schedule",
+            f"({self.masking.schedule}) follows the steps of train.max_steps, which is null; set train.max_steps "
+            "(beside max_time or max_tokens if you like), or masking.schedule: constant",
+        )
         if objective_rule := OBJECTIVE_RULES.get(self.train.objective):
             objective_rule(self)
         _check(

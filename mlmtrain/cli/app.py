@@ -24,6 +24,7 @@ _PLACEHOLDERS = {
     "overrides": "KEY=VALUE",
     "tokenizer": "FOLDER|NAME",
     "resume": "auto|CHECKPOINT",
+    "branch_from": "CHECKPOINT",
     "model": "FOLDER",
     "data": "SOURCE",
     "out": "FILE",
@@ -138,13 +139,19 @@ def pretrain(
         help="Continue a run: 'auto' (the newest complete checkpoint in run_dir) or a checkpoint folder.",
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Start afresh in a run_dir that holds another run."),
+    branch_from: Optional[str] = typer.Option(
+        None,
+        "--branch-from",
+        help="Start a new run (a new train.run_dir) from another run's checkpoint: its weights, optimizer, step, data "
+        "position and RNG; the source run is only read.",
+    ),
 ) -> None:
     """Pretrain an encoder with dynamic masking (MLM, or ELECTRA with train.objective=electra); writes checkpoints
     to run_dir/checkpoints."""
     cfg = _load(config, overrides)  # a bad config fails before the slow imports
     from mlmtrain.train.loop import pretrain as run_pretrain
 
-    run_pretrain(cfg, resume=resume, overwrite=overwrite)
+    run_pretrain(cfg, resume=resume, overwrite=overwrite, branch_from=branch_from)
 
 
 @app.command(cls=_Command, name="eval-perplexity", short_help="Masked-LM perplexity and accuracy, fixed masks.")

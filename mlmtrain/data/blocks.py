@@ -143,7 +143,10 @@ class MicroBatches(IterableDataset):
 
     def batch(self, micro_batch: int) -> dict[str, torch.Tensor]:
         epoch, indices = self.indices(micro_batch)
-        return self.collator([{"input_ids": self.blocks[int(i)], "epoch": epoch, "index": int(i)} for i in indices])
+        step = micro_batch // self.layout.accum_steps  # the optimizer step it feeds: a masking schedule's clock
+        return self.collator(
+            [{"input_ids": self.blocks[int(i)], "epoch": epoch, "index": int(i), "step": step} for i in indices]
+        )
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         # DataLoader takes items from its workers in turn, so worker w serves micro-batches start+w, start+w+W, ...
@@ -220,9 +223,11 @@ class LiveMicroBatches(IterableDataset):
                 if len(chunk) < layout.micro_batch_size:
                     break
                 if produced >= skip:
+                    # this worker's micro-batch number `produced` is the run's number role + produced x workers
+                    step = (role + produced * workers) // layout.accum_steps
                     yield self.collator(
                         [
-                            {"input_ids": b, "epoch": epoch, "index": (shard << 40) + counter + i}
+                            {"input_ids": b, "epoch": epoch, "index": (shard << 40) + counter + i, "step": step}
                             for i, b in enumerate(chunk)
                         ]
                     )

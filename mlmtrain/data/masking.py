@@ -280,6 +280,25 @@ def mask_tokens(
     return masked, labels
 
 
+def scheduled_rate(cfg: MaskingConfig, step: int, total_steps: int | None) -> float:
+    """The training selection rate of optimizer step `step` (0-based, the steps already taken) of `total_steps`:
+    masking.schedule moves it from mlm_probability (step 0) towards mlm_probability_end (step total_steps), linearly
+    or along half a cosine. A pure function of the step, so the loader's workers draw each block at its step's rate
+    and a resumed run draws the rates an uninterrupted one does."""
+    end = cfg.mlm_probability_end
+    if cfg.schedule == "constant" or end is None or not total_steps:
+        return cfg.mlm_probability
+    t = min(max(step / total_steps, 0.0), 1.0)
+    shape = t if cfg.schedule == "linear" else 0.5 * (1.0 - math.cos(math.pi * t))
+    return cfg.mlm_probability + (end - cfg.mlm_probability) * shape
+
+
+def mean_rate(cfg: MaskingConfig) -> float:
+    """The training rate averaged over the schedule (both shapes are symmetric about the middle of the run)."""
+    end = cfg.mlm_probability_end
+    return cfg.mlm_probability if cfg.schedule == "constant" or end is None else (cfg.mlm_probability + end) / 2
+
+
 def evaluation_masking(cfg: MaskingConfig) -> MaskingConfig:
     """The masking of an evaluation: the classic BERT masks (Devlin et al. 2019: a coin per token, 80/10/10) at
     `eval_mlm_probability` (15 %), whatever rate, fixed count or whole-word choice the training recipe uses, so
@@ -287,6 +306,8 @@ def evaluation_masking(cfg: MaskingConfig) -> MaskingConfig:
     return dataclasses.replace(
         cfg,
         mlm_probability=cfg.eval_mlm_probability,
+        schedule="constant",
+        mlm_probability_end=None,
         mask_replace=0.8,
         random_replace=0.1,
         whole_word=False,
@@ -337,10 +358,18 @@ class MaskingCollator:
     multiple of `pad_to_multiple_of`, and also get "attention_mask" (int64, 1 = real token).
     With `positions`, every batch also gets "selected_positions" (`selected_positions`): the sparse head's rows at
     a fixed capacity, found here in the loader rather than by a data-dependent selection on the device.
+    With `total_steps`, a micro-batch's items carry their optimizer "step", and the batch is masked at that step's
+    `scheduled_rate` (the head's capacity follows it); without, or for items without a step, at mlm_probability.
     """
 
     def __init__(
-        self, vocab: VocabInfo, cfg: MaskingConfig, seed: int, pad_to_multiple_of: int = 8, positions: bool = False
+        self,
+        vocab: VocabInfo,
+        cfg: MaskingConfig,
+        seed: int,
+        pad_to_multiple_of: int = 8,
+        positions: bool = False,
+        total_steps: int | None = None,
     ) -> None:
         if pad_to_multiple_of < 1:
             raise ValueError(f"pad_to_multiple_of must be >= 1 (got {pad_to_multiple_of})")
@@ -349,19 +378,22 @@ class MaskingCollator:
         self.seed = seed
         self.pad_to_multiple_of = pad_to_multiple_of
         self.positions = positions
+        self.total_steps = total_steps
 
     def __call__(self, items: list[dict]) -> dict[str, torch.Tensor]:
-        batch = self._masked(items)
+        rate = scheduled_rate(self.cfg, int(items[0].get("step", 0)) if items else 0, self.total_steps)
+        cfg = self.cfg if rate == self.cfg.mlm_probability else dataclasses.replace(self.cfg, mlm_probability=rate)
+        batch = self._masked(items, cfg)
         if self.positions:
-            batch["selected_positions"] = selected_positions(batch["labels"], self.cfg.mlm_probability)
+            batch["selected_positions"] = selected_positions(batch["labels"], rate)
         return batch
 
-    def _masked(self, items: list[dict]) -> dict[str, torch.Tensor]:
+    def _masked(self, items: list[dict], cfg: MaskingConfig) -> dict[str, torch.Tensor]:
         blocks = [_as_int64(item["input_ids"]) for item in items]
         seeds = [block_seed(self.seed, int(item["epoch"]), int(item["index"])) for item in items]
         lengths = [b.shape[0] for b in blocks]
         if len(set(lengths)) == 1:
-            masked, labels = mask_tokens(torch.stack(blocks), self.vocab, self.cfg, seeds)
+            masked, labels = mask_tokens(torch.stack(blocks), self.vocab, cfg, seeds)
             return {"input_ids": masked, "labels": labels}
 
         multiple = self.pad_to_multiple_of
@@ -371,5 +403,5 @@ class MaskingCollator:
         for row, (block, length) in enumerate(zip(blocks, lengths, strict=True)):
             input_ids[row, :length] = block
             attention_mask[row, :length] = 1
-        masked, labels = mask_tokens(input_ids, self.vocab, self.cfg, seeds, attention_mask)
+        masked, labels = mask_tokens(input_ids, self.vocab, cfg, seeds, attention_mask)
         return {"input_ids": masked, "labels": labels, "attention_mask": attention_mask}

@@ -99,6 +99,15 @@ def learning_rate(
         cosine:   lr * (min_lr_ratio + (1 - min_lr_ratio) * (1 + cos(pi * t)) / 2)
         constant: lr
 
+    wsd (warm-up, stable, decay) holds lr until the last `decay_share` of the budget, then decays over it: with
+    d = decay_share and t = (progress - (1 - d)) / d (from the end of warm-up, should warm-up end later),
+
+        linear:   lr * (min_lr_ratio + (1 - min_lr_ratio) * (1 - t))
+        1-sqrt:   lr * (min_lr_ratio + (1 - min_lr_ratio) * (1 - sqrt(t)))
+
+    The decay depends on the budget alone, so a run resumed or branched with a larger budget extends the stable
+    phase, and one branched with a budget that ends sooner places its decay at its own end.
+
     With a warm-up `share` of the budget (`warmup_share`), warm-up rises to lr at whichever comes first, step
     == warmup_steps or progress == share, and decay is measured from share: a run whose steps end it first warms up
     exactly as above, one that a time, token or FLOP budget ends first warms up over that share of it.
@@ -119,6 +128,8 @@ def learning_rate(
     if cfg.schedule == "constant":
         return cfg.lr
     start = min(max(warmup_end_progress, 0.0), 1.0)
+    if cfg.schedule == "wsd":
+        start = max(start, 1.0 - cfg.decay_share)
     progress = min(max(progress, 0.0), 1.0)
     # A warm-up that used the whole budget leaves nothing to decay over: sit at the end value.
     t = 1.0 if start >= 1.0 else max(progress - start, 0.0) / (1.0 - start)
@@ -126,6 +137,8 @@ def learning_rate(
         shape = 1.0 - t
     elif cfg.schedule == "cosine":
         shape = 0.5 * (1.0 + math.cos(math.pi * t))
+    elif cfg.schedule == "wsd":
+        shape = 1.0 - (t if cfg.decay_shape == "linear" else math.sqrt(t))
     else:
         raise ValueError(f"unknown schedule {cfg.schedule!r}")  # config validation makes this unreachable
     return cfg.lr * (cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * shape)

@@ -93,9 +93,12 @@ class PairWindows:
         offset = int(self.start[other]) + int(generator.integers(0, int(self.length[other]) - take + 1))
         return np.asarray(self.store.tokens(offset, offset + take), dtype=np.int64)
 
-    def collator(self, vocab: VocabInfo, masking: MaskingConfig, seed: int) -> PairCollator:
-        """The collate_fn that draws and masks these windows' pairs with `seed`."""
-        return PairCollator(self, vocab, masking, seed)
+    def collator(
+        self, vocab: VocabInfo, masking: MaskingConfig, seed: int, total_steps: Optional[int] = None
+    ) -> PairCollator:
+        """The collate_fn that draws and masks these windows' pairs with `seed` (`total_steps`: as the MLM
+        collator's, for a masking schedule)."""
+        return PairCollator(self, vocab, masking, seed, total_steps)
 
     def pair(self, index: int, epoch: int, seed: int) -> tuple[np.ndarray, np.ndarray, int]:
         """(A, B, label) of block `index` in `epoch`: a pure function of (seed, epoch, index)."""
@@ -123,9 +126,16 @@ class PairCollator:
     """DataLoader collate_fn for pair blocks: draws each item's pair by (seed, epoch, index), masks it with the
     MLM collator (same seeds as any block), pads the token types with 0 and adds `next_sentence_label`."""
 
-    def __init__(self, windows: PairWindows, vocab: VocabInfo, masking: MaskingConfig, seed: int) -> None:
+    def __init__(
+        self,
+        windows: PairWindows,
+        vocab: VocabInfo,
+        masking: MaskingConfig,
+        seed: int,
+        total_steps: Optional[int] = None,
+    ) -> None:
         self.windows, self.seed = windows, seed
-        self.masking = MaskingCollator(vocab, masking, seed=seed)
+        self.masking = MaskingCollator(vocab, masking, seed=seed, total_steps=total_steps)
 
     def __call__(self, items: list[dict]) -> dict[str, torch.Tensor]:
         blocks, labels = [], []
@@ -135,7 +145,7 @@ class PairCollator:
             labels.append(label)
         batch = self.masking(
             [
-                {"input_ids": ids, "epoch": item["epoch"], "index": item["index"]}
+                {**item, "input_ids": ids}  # epoch, index and step as the block came
                 for (ids, _), item in zip(blocks, items, strict=True)
             ]
         )

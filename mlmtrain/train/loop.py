@@ -16,7 +16,7 @@ import torch
 
 from mlmtrain.config import Config, save_config
 from mlmtrain.data.blocks import evaluation_blocks
-from mlmtrain.data.masking import VocabInfo
+from mlmtrain.data.masking import VocabInfo, scheduled_rate
 from mlmtrain.data.store import TokenStore, tokenize_corpus
 from mlmtrain.data.tokenizer import tokenizer_fingerprint
 from mlmtrain.errors import UserError, first_line, interrupt_on_sigterm, loader_worker_died
@@ -27,6 +27,7 @@ from mlmtrain.runtime.files import write_failure
 from mlmtrain.runtime.progress import Reporter, say
 from mlmtrain.runtime.trackers import check_trackers
 from mlmtrain.train import checkpoint as ckpt
+from mlmtrain.train.branch import check_branch, take_branch_tokenizer
 from mlmtrain.train.guard import RunLock, StopRequested, check_before_start, claim_run_dir
 from mlmtrain.train.init_from import (
     kept_pooler,
@@ -49,25 +50,31 @@ from mlmtrain.train.step import (
 )
 
 
-def pretrain(cfg: Config, resume: Optional[str] = None, overwrite: bool = False) -> Path:
-    """`mlmtrain pretrain`: returns the folder of the final checkpoint."""
+def pretrain(
+    cfg: Config, resume: Optional[str] = None, overwrite: bool = False, branch_from: Optional[str] = None
+) -> Path:
+    """`mlmtrain pretrain`: returns the folder of the final checkpoint. `branch_from` (a checkpoint of another run)
+    starts a new run in train.run_dir from that checkpoint's whole training state (branch.py)."""
     if resume is not None and overwrite:
         raise UserError(
             "argument", "--resume and --overwrite contradict each other (--overwrite deletes the run); drop one"
         )
+    branch = check_branch(cfg, branch_from, resume) if branch_from is not None else None
     # a mistyped folder fails now; a resumed init_from run reads its checkpoint, not the base (which may be gone)
-    resume_from = ckpt.resolve_resume(Path(cfg.train.run_dir), resume) if resume is not None else None
+    resume_from = ckpt.resolve_resume(Path(cfg.train.run_dir), resume) if resume is not None else branch
     if resume_from is not None and cfg.model.init_from:
         ckpt.check_complete(resume_from)  # its files stand in for the base: an unfinished one is refused as such
     resolve_init_from(cfg, resumed=resumed_base(cfg, resume_from))  # an unusable base is refused before any write
+    if branch is not None:
+        ckpt.check_model_shape(branch, cfg)  # a checkpoint of another shape is refused before the new run exists
     ctx = init_distributed(cfg.train.device)
     try:
-        return _pretrain(cfg, ctx, resume, overwrite)
+        return _pretrain(cfg, ctx, resume, overwrite, branch)
     finally:
         teardown(ctx)
 
 
-def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: bool) -> Path:
+def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: bool, branch: Optional[Path]) -> Path:
     run_dir = Path(cfg.train.run_dir)
     # Rank 0 alone locks, checks and tokenizes; on_main shares its verdict, so a refusal stops every rank at once.
     on_main(ctx, lambda: check_trackers(cfg.train.active_trackers, cfg.train.tensorboard))  # before any work
@@ -75,7 +82,9 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
     lock = on_main(ctx, lambda: RunLock(run_dir))
     try:
         on_main(ctx, lambda: claim_run_dir(run_dir, resume, overwrite, cfg))
-        resume_from = ckpt.resolve_resume(run_dir, resume) if resume is not None else None
+        resume_from = ckpt.resolve_resume(run_dir, resume) if resume is not None else branch
+        if branch is not None:  # the weights' own tokenizer, where the new run would otherwise train one
+            on_main(ctx, lambda: take_branch_tokenizer(cfg, branch))
         # a resume that cannot work is refused before the tokenizer or the store is rebuilt
         on_main(ctx, lambda: check_before_start(cfg, ctx.device, resume_from))
         note = on_main(ctx, lambda: second_phase_note(cfg, resume_from))
@@ -86,7 +95,7 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
             if ctx.is_main and resume == "auto" and resume_from is None:
                 say(f"no checkpoint in {run_dir}; starting a new run")
             with reproducible_compile(cfg, ctx.device):
-                return _run(cfg, ctx, run_dir, resume_from, task)
+                return _run(cfg, ctx, run_dir, resume_from, task, branched=branch is not None)
     except RuntimeError as error:
         failed = compile_failure(error)
         if failed is not None:  # e.g. a C++ compiler found but unable to build: the fix is to train without compile
@@ -147,7 +156,14 @@ def eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
     return blocks, evaluation_blocks(blocks, cfg.train.eval_max_blocks)
 
 
-def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Path], task: Optional[Task]) -> Path:
+def _run(
+    cfg: Config,
+    ctx: DistContext,
+    run_dir: Path,
+    resume_from: Optional[Path],
+    task: Optional[Task],
+    branched: bool = False,
+) -> Path:
     setup = build_setup(cfg, ctx, resume_from)
     if resume_from is not None and budget_progress(cfg, setup.state) >= 1.0:  # nothing left: write nothing
         if ctx.is_main:
@@ -160,8 +176,8 @@ def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Pat
     validation = eval_set(cfg, setup.tokenizer) if ctx.is_main and cfg.train.eval_every else None
     probe = LiveProbe(cfg.probe, task, setup.tokenizer, ctx.device, cfg.train.seed) if task else None
     if ctx.is_main:
-        _announce(setup, run_dir, resume_from)
-    if resume_from is not None:
+        _announce(setup, run_dir, resume_from, branched)
+    if resume_from is not None and not branched:
         on_main(ctx, lambda: _set_aside_later(run_dir, setup.state.step, resume_from))
     pooler = kept_pooler(cfg, resume_from) if ctx.is_main else None  # rank 0 alone saves
     return Loop(setup, run_dir, validation, probe, pooler).run()
@@ -178,7 +194,7 @@ def _set_aside_later(run_dir: Path, step: int, resumed: Path) -> None:
         )
 
 
-def _announce(setup: TrainingSetup, run_dir: Path, resume_from: Optional[Path]) -> None:
+def _announce(setup: TrainingSetup, run_dir: Path, resume_from: Optional[Path], branched: bool) -> None:
     """Rank 0: the resolved config and run facts into run_dir, and the start line."""
     cfg, ctx, layout = setup.cfg, setup.ctx, setup.layout
     facts = {"tokenizer_fingerprint": tokenizer_fingerprint(setup.tokenizer), "world_size": ctx.world_size}
@@ -198,7 +214,11 @@ def _announce(setup: TrainingSetup, run_dir: Path, resume_from: Optional[Path]) 
         f"pretrain: {params / 1e6:.1f}M parameters on {ctx.device} ({setup.precision.describe()}), "
         f"{ctx.world_size} process(es), global batch {layout.global_batch} x {cfg.data.seq_len} tokens "
         f"(micro-batch {layout.micro_batch_size}, accumulation {layout.accum_steps})"
-        + (f", resuming from {resume_from} at step {setup.state.step}" if resume_from else "")
+        + (
+            f", {'branching' if branched else 'resuming'} from {resume_from} at step {setup.state.step}"
+            if resume_from
+            else ""
+        )
     )
     if setup.precision.warning:
         say(setup.precision.warning)
@@ -345,6 +365,8 @@ class Loop:
                 "loss": reading.loss,
                 **reading.loss_terms,
                 "lr": result.lr,
+                # the training selection rate of the step (masking.schedule), as its collator drew it
+                "mlm_probability": scheduled_rate(self.cfg.masking, state.step - 1, self.cfg.train.max_steps),
                 "grad_norm": reading.grad_norm,
                 "tokens_per_s": tokens_per_s,
                 "data_wait_share": window.wait_share(),

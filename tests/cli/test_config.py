@@ -203,7 +203,7 @@ def test_each_key_checks_its_own_value_and_config_fields_says_the_rule() -> None
     assert rows["optim.lr"] == ("0.0005", "must be > 0")
     assert rows["data.validation"] == ("null", "")  # YAML's null, not Python's None
     assert rows["data.text_field"][0] == "text" and rows["train.trackers"][0] == "[]"
-    assert rows["optim.schedule"] == ("linear", "must be one of linear, cosine, constant, one-cycle")
+    assert rows["optim.schedule"] == ("linear", "must be one of linear, cosine, constant, one-cycle, wsd")
 
 
 def test_an_unknown_key_of_a_megabyte_is_quoted_short() -> None:

@@ -91,8 +91,9 @@ class Objective:
         raise NotImplementedError
 
     def collator(self) -> MaskingCollator:
-        """The masking collator of the training blocks (seeded by train.seed)."""
-        return MaskingCollator(self.vocab, self.cfg.masking, seed=self.cfg.train.seed)
+        """The masking collator of the training blocks (seeded by train.seed; masking.schedule over max_steps)."""
+        cfg = self.cfg
+        return MaskingCollator(self.vocab, cfg.masking, seed=cfg.train.seed, total_steps=cfg.train.max_steps)
 
     def training_blocks(self, store: TokenStore, tokenizer: Any) -> tuple[Any, Any]:
         """(the blocks of the token store's training split, their collator)."""

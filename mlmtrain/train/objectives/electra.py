@@ -10,7 +10,7 @@ from typing import Any, Optional
 import torch
 
 from mlmtrain.config import Config
-from mlmtrain.data.masking import IGNORE_INDEX, VocabInfo
+from mlmtrain.data.masking import IGNORE_INDEX, VocabInfo, mean_rate
 from mlmtrain.model.bert import flops_per_token, padded_vocab_size
 from mlmtrain.model.electra import (
     GENERATOR_DIR,
@@ -87,7 +87,7 @@ class Electra(Objective):
         H x H + H x 1 head on every token; the generator's encoder, the H x G projection of the shared embedding
         (when G != H), and its head, G x H then H x V, on the selected positions."""
         cfg, vocab_size = self.cfg, self.vocab.vocab_size
-        model, seq_len, rate = cfg.model, cfg.data.seq_len, cfg.masking.mlm_probability
+        model, seq_len, rate = cfg.model, cfg.data.seq_len, mean_rate(cfg.masking)
         shape = cfg.electra.generator_shape(model)
         generator = dataclasses.replace(
             model,

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from mlmtrain.data.masking import MaskingCollator
+from mlmtrain.data.masking import MaskingCollator, mean_rate
 from mlmtrain.model.bert import MaskedLM, bert_config, build_model, flops_per_token
 from mlmtrain.model.families import Family
 from mlmtrain.train.objectives.base import Blocks, Evaluation, Objective
@@ -38,11 +38,17 @@ class MaskedLanguageModel(Objective):
     def collator(self) -> MaskingCollator:
         # the sparse head takes its rows from the collator (model/bert.py's MaskedLM.head_rows)
         cfg = self.cfg
-        return MaskingCollator(self.vocab, cfg.masking, seed=cfg.train.seed, positions=cfg.model.sparse_head)
+        return MaskingCollator(
+            self.vocab,
+            cfg.masking,
+            seed=cfg.train.seed,
+            positions=cfg.model.sparse_head,
+            total_steps=cfg.train.max_steps,
+        )
 
     def training_flops_per_token(self) -> float:
         model = self.cfg.model
-        rate = self.cfg.masking.mlm_probability
+        rate = mean_rate(self.cfg.masking)  # the head's share of the rows, over the run
         return flops_per_token(model, self.vocab.vocab_size, self.cfg.data.seq_len, rate, model.sparse_head)
 
     def evaluate(

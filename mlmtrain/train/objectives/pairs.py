@@ -38,7 +38,7 @@ class SentencePairs(MaskedLanguageModel):
     def training_blocks(self, store: TokenStore, tokenizer: Any) -> tuple[Any, Any]:
         # sentence-pair blocks, drawn and masked by their own collator
         windows = self.validation_blocks(store, tokenizer)
-        return windows, windows.collator(self.vocab, self.cfg.masking, self.cfg.train.seed)
+        return windows, windows.collator(self.vocab, self.cfg.masking, self.cfg.train.seed, self.cfg.train.max_steps)
 
     def validation_blocks(self, store: TokenStore, tokenizer: Any, packing: bool = True) -> Any:
         return pair_windows(self.cfg, store, tokenizer, self.next_sentence)
