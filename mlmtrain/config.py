@@ -312,6 +312,34 @@ class ElectraConfig:
 
 
 @dataclass
+class DistillConfig:
+    teacher: Union[str, None] = _trains(
+        None,
+        "the masked LM that teaches (a folder or hub name; any family model.init_from takes): its tokenizer is the "
+        "run's, it runs without gradients in eval mode; required with train.objective: distill",
+    )
+    temperature: float = _trains(
+        2.0, "softmax temperature of the teacher's and the student's distributions (the KL is scaled by T^2)", above(0)
+    )
+    alpha: float = _trains(
+        0.5,
+        "weight of the KL to the teacher in the loss; the masked-LM loss gets 1 - alpha",
+        check=within(0, 1, "[]"),
+    )
+    hidden_weight: float = _trains(
+        0.0,
+        "weight of a cosine loss between the student's and the teacher's last hidden states (through a learned "
+        "projection, not saved in the student, when the widths differ); 0: none",
+        check=at_least(0),
+    )
+    init: Literal["scratch", "teacher-layers"] = _trains(
+        "scratch",
+        "scratch: a BERT of the model section's shape; teacher-layers: the teacher's embeddings, head and evenly "
+        "spaced layers (every other one for half the layers, as DistilBERT), its widths, of its family",
+    )
+
+
+@dataclass
 class OptimConfig:
     lr: float = _trains(5e-4, "peak learning rate", check=above(0))
     weight_decay: float = _f(
@@ -390,10 +418,11 @@ class TrainConfig:
         "torch.compile the model: faster steps after compiling first; needs a C++ compiler (CPU) or Triton (CUDA)",
     )
     seed: int = _trains(0, "seed of weights, data order and masks")
-    objective: Literal["mlm", "electra", "mlm+nsp", "mlm+sop"] = _trains(
+    objective: Literal["mlm", "electra", "mlm+nsp", "mlm+sop", "distill"] = _trains(
         "mlm",
         "mlm: masked language modeling; electra: replaced-token detection (settings in the electra section); "
-        "mlm+nsp / mlm+sop: MLM on sentence pairs plus BERT's next-sentence or ALBERT's sentence-order prediction",
+        "mlm+nsp / mlm+sop: MLM on sentence pairs plus BERT's next-sentence or ALBERT's sentence-order prediction; "
+        "distill: MLM taught by a bigger masked LM (settings in the distill section)",
     )
     log_every: int = _quiet(10, "steps between metric lines in metrics.jsonl", check=at_least(1))
     eval_every: int = _quiet(500, "steps between validation evaluations; 0 disables", check=at_least(0))
@@ -579,6 +608,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     # a section that one objective alone reads names it: refused with any other, left out of their saved configs
     electra: ElectraConfig = field(default_factory=ElectraConfig, metadata={"objective": "electra"})
+    distill: DistillConfig = field(default_factory=DistillConfig, metadata={"objective": "distill"})
     report: ReportConfig = field(default_factory=ReportConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     # the `section.key`s the YAML file and the overrides state (`config_from_dict`); not a section
@@ -647,6 +677,21 @@ class Config:
             "not divide; choose a share that keeps hidden size / heads whole (e.g. 0.25 or 0.5)",
         )
 
+    def validate_distill(self) -> None:
+        """A teacher is named, and the student does not also continue a model."""
+        _check(
+            bool(self.distill.teacher),
+            "distill.teacher",
+            "is not set, and train.objective distill needs a teacher; set distill.teacher to a masked LM's folder or "
+            "hub name",
+        )
+        _check(
+            not self.model.init_from,
+            "model.init_from",
+            "is set with train.objective distill; the student starts from scratch or from the teacher's layers "
+            "(distill.init: teacher-layers): drop model.init_from",
+        )
+
     def validate_pairs(self) -> None:
         """Sentence pairs are cut from the token store's documents, two segments of MIN_SEGMENT tokens or more."""
         objective, shortest = self.train.objective, 3 + 2 * MIN_SEGMENT
@@ -691,6 +736,7 @@ OBJECTIVE_RULES: dict[str, Callable[[Config], None]] = {
     "electra": Config.validate_electra,
     "mlm+nsp": Config.validate_pairs,
     "mlm+sop": Config.validate_pairs,
+    "distill": Config.validate_distill,
 }
 
 
@@ -1002,6 +1048,7 @@ PATH_KEYS = {
     "tokenizer.path": False,
     "tokenizer.pretrained": True,
     "model.init_from": True,
+    "distill.teacher": True,
     "train.run_dir": False,
     "probe.task": False,
 }

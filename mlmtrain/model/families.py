@@ -80,6 +80,7 @@ class Family:
     # train.objective values a continued base trains: MLM for every family (NSP/SOP and ELECTRA build a BERT afresh)
     objectives: tuple[str, ...] = ("mlm",)
     unused_positions: Callable[[Mapping[str, Any]], int] = lambda config: 0
+    layers: str = "encoder.layer"  # the encoder's list of transformer layers, below `encoder`
 
     def masked_lm_class(self) -> Any:
         import transformers
@@ -133,6 +134,7 @@ FAMILIES = (
             "intermediate_size": "hidden_dim",
         },
         dropout={"hidden_dropout": "dropout", "attention_dropout": "attention_dropout"},
+        layers="transformer.layer",
     ),
     Family(
         "ModernBERT",
@@ -142,6 +144,7 @@ FAMILIES = (
         head=_modernbert_head,
         tokenizers="byte-level BPE",
         dropout={"hidden_dropout": "mlp_dropout", "attention_dropout": "attention_dropout"},
+        layers="layers",
     ),
     Family(
         "DeBERTa-v2/v3",
@@ -193,6 +196,22 @@ def encode(mlm: Any, input_ids: torch.Tensor, attention_mask: Optional[torch.Ten
     """The encoder's last hidden states [B,T,H] of a masked LM of any family (no head)."""
     encoder = getattr(mlm, model_family(mlm).encoder)
     return encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
+
+
+def keep_layers(mlm: Any, kept: list[int]) -> None:
+    """Keep only the transformer layers `kept` (indices, in order) of a masked LM of any family, and say so in its
+    config."""
+    family = model_family(mlm)
+    *path, name = f"{family.encoder}.{family.layers}".split(".")
+    parent = mlm
+    for attribute in path:
+        parent = getattr(parent, attribute)
+    layers = getattr(parent, name)
+    setattr(parent, name, torch.nn.ModuleList([layers[index] for index in kept]))
+    setattr(mlm.config, family.shape["num_layers"], len(kept))
+    kinds = getattr(mlm.config, "layer_types", None)  # ModernBERT's local/global attention, one entry a layer
+    if isinstance(kinds, list) and len(kinds) == len(layers):
+        mlm.config.layer_types = [kinds[index] for index in kept]
 
 
 def head_logits(mlm: Any, hidden: torch.Tensor) -> torch.Tensor:

@@ -31,23 +31,24 @@ TRAINING_KEYS = ("vocab_size", "lowercase", "strip_accents", "min_frequency", "l
 _HUB_FILES = ["*.json", "vocab.txt", "merges.txt", "*.model", "*.safetensors"]
 
 
-def _refuse(message: str) -> UserError:
-    return UserError("config", f"{KEY} {message}")
+def _refuse(message: str, key: str = KEY) -> UserError:
+    return UserError("config", f"{key} {message}")
 
 
-def base_folder(name: str) -> Path:
-    """The local folder of the base: `name` itself, or its hub snapshot (downloaded, or from the cache offline)."""
+def base_folder(name: str, key: str = KEY) -> Path:
+    """The local folder of the base (or of the model config `key` names): `name` itself, or its hub snapshot
+    (downloaded, or from the cache offline)."""
     path = Path(name).expanduser()
     if not names_hub_repository(name):
         if not path.is_dir():
             what = "is a file" if path.exists() else "does not exist"
-            raise _refuse(f"{name} {what}; pass a model folder (config.json, weights, tokenizer) or a hub name")
+            raise _refuse(f"{name} {what}; pass a model folder (config.json, weights, tokenizer) or a hub name", key)
         return path
-    return _hub_snapshot(name)
+    return _hub_snapshot(name, key)
 
 
 @functools.cache  # once a process: a run asks for the base's folder to check it, load it, read its pooler
-def _hub_snapshot(name: str) -> Path:
+def _hub_snapshot(name: str, key: str) -> Path:
     from huggingface_hub import snapshot_download
 
     unreachable = hub_unreachable()
@@ -63,58 +64,63 @@ def _hub_snapshot(name: str) -> Path:
         if unreachable:
             raise _refuse(
                 f"{name}: the Hugging Face Hub is unreachable ({unreachable}) and {name} is not in the local cache; "
-                "pass a local model folder, or run once online"
+                "pass a local model folder, or run once online",
+                key,
             ) from None
         raise _refuse(
-            f"{name} cannot be downloaded from the Hugging Face Hub ({first_line(error)}); check the name"
+            f"{name} cannot be downloaded from the Hugging Face Hub ({first_line(error)}); check the name", key
         ) from None
     return folder
 
 
-def _base_config(folder: Path, name: str) -> dict[str, Any]:
+def base_config(folder: Path, name: str, key: str = KEY) -> dict[str, Any]:
+    """The config.json of the masked LM in `folder` (named `name` by config key `key`), after checking it is one of
+    a family mlmtrain reads with the shape keys it needs (UserError naming `key` otherwise)."""
     try:
         config = model_config(folder)  # no code of the base's, and every key read here of the right type
     except UserError as error:
-        raise _refuse(f"{name}: {error.message}") from None
+        raise _refuse(f"{name}: {error.message}", key) from None
     family = family_of(config["model_type"])
     if family is None:
-        raise _refuse(
-            f"{name} is a {config['model_type']!r} model; mlmtrain continues {SUPPORTED}: use a base of one of them"
-        )
+        raise _refuse(f"{name} is a {config['model_type']!r} model; mlmtrain reads {SUPPORTED}: use one of them", key)
     architectures = config.get("architectures") or []
     if architectures and not any(a in family.masked_lm for a in architectures):
         raise _refuse(
-            f"{name} is a {architectures[0]}, not a masked LM; mlmtrain continues a {family.name} base saved as "
-            f"{' or '.join(family.masked_lm)}: use one with its masked-LM head"
+            f"{name} is a {architectures[0]}, not a masked LM; mlmtrain reads a {family.name} model saved as "
+            f"{' or '.join(family.masked_lm)}: use one with its masked-LM head",
+            key,
         )
-    for key, base_key in family.shape.items():  # read below: present and a whole number, or refused here
+    for shape_key, base_key in family.shape.items():  # read below: present and a whole number, or refused here
         value = config.get(base_key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise _refuse(f"{name}: its config.json has no whole number {base_key} (model.{key}); use another base")
+            raise _refuse(
+                f"{name}: its config.json has no whole number {base_key} (model.{shape_key}); use another model", key
+            )
     return config
 
 
 def base_family(config: dict[str, Any]) -> Family:
-    """The family of a base's config.json that `_base_config` accepted."""
+    """The family of a base's config.json that `base_config` accepted."""
     family = family_of(config["model_type"])
-    assert family is not None  # _base_config refused any other
+    assert family is not None  # base_config refused any other
     return family
 
 
-def check_base(name: str) -> dict[str, Any]:
-    """The base's config.json, after checking that its weights load as a whole masked LM of its family and its
-    tokenizer has the tokens MLM needs (UserError naming the problem otherwise)."""
+def check_base(name: str, key: str = KEY) -> dict[str, Any]:
+    """The base's config.json (or that of the model config `key` names), after checking that its weights load as a
+    whole masked LM of its family and its tokenizer has the tokens MLM needs (UserError naming the problem
+    otherwise)."""
     from mlmtrain.evaluate.perplexity import load_masked_lm
 
-    folder = base_folder(name)
-    config = _base_config(folder, name)
+    folder = base_folder(name, key)
+    config = base_config(folder, name, key)
     try:
         mlm, tokenizer = load_masked_lm(folder)
     except UserError as error:
-        raise _refuse(f"{name}: {error.message}") from None
+        raise _refuse(f"{name}: {error.message}", key) from None
     del mlm
     if tokenizer.pad_token_id is None or tokenizer.pad_token_id >= config["vocab_size"]:
-        raise _refuse(f"{name}: its tokenizer has no [PAD] token within the model's vocabulary; use another base")
+        raise _refuse(f"{name}: its tokenizer has no [PAD] token within the model's vocabulary; use another model", key)
     return config
 
 
@@ -131,25 +137,29 @@ def resumed_base(cfg: Config, resume_from: Optional[Path]) -> Optional[Path]:
 
 
 def _resumed_config(folder: Path, name: str) -> dict[str, Any]:
-    """`_base_config` of a resumed checkpoint (`resumed_base`), with the base's vocabulary size as its mlmtrain.yaml
+    """`base_config` of a resumed checkpoint (`resumed_base`), with the base's vocabulary size as its mlmtrain.yaml
     records it (tokenizer.extend_vocab may have added rows since)."""
-    config = _base_config(folder, name)
+    config = base_config(folder, name)
     tokenizer = read_yaml(folder / "mlmtrain.yaml").get("tokenizer")
     rows = tokenizer.get("vocab_size") if isinstance(tokenizer, dict) else None
     return {**config, "vocab_size": rows} if isinstance(rows, int) and not isinstance(rows, bool) else config
 
 
 def resolve_init_from(cfg: Config, check_weights: bool = True, resumed: Optional[Path] = None) -> None:
-    """Fill `cfg` from the base named by model.init_from (nothing when it is null): the model's shape and the
-    tokenizer are the base's, a conflicting key is refused. `check_weights` false reads the base's config only;
+    """Fill `cfg` from the models it names: the objective's own (`Objective.resolve_models`), then the base named by
+    model.init_from (nothing when it is null): the model's shape and the tokenizer are the base's, a conflicting key
+    is refused. `check_weights` false reads the base's config only;
     `resumed` (a checkpoint of this run, `resumed_base`) is read instead of the base, which is not opened."""
+    from mlmtrain.train.objectives import objective_class
+
+    objective_class(cfg).resolve_models(cfg, check_weights)  # a distillation's teacher
     name = cfg.model.init_from
     if not name:
         return
     if resumed is not None:
         config = _resumed_config(resumed, name)
     else:
-        config = check_base(name) if check_weights else _base_config(base_folder(name), name)
+        config = check_base(name) if check_weights else base_config(base_folder(name), name)
     family = base_family(config)
     if cfg.train.objective not in family.objectives:
         applies = " or ".join(family.objectives)
@@ -158,8 +168,8 @@ def resolve_init_from(cfg: Config, check_weights: bool = True, resumed: Optional
             f"model is not supported (a {family.name} base continues with {applies}): drop model.init_from or use "
             f"train.objective: {family.objectives[0]}"
         )
-    _take_shape(cfg, config, name, family)
-    _take_tokenizer(cfg.tokenizer, config, name)
+    take_shape(cfg, config, name, family)
+    take_tokenizer(cfg.tokenizer, config, name)
     _check_tokenizer_use(cfg, name, resumed)
     positions = family.positions(config)
     lengths = [("data.seq_len", cfg.data.seq_len)] + (
@@ -192,20 +202,36 @@ def _check_tokenizer_use(cfg: Config, name: str, resumed: Optional[Path]) -> Non
         check_whole_words(tokenizer, name)
 
 
-def _take_shape(cfg: Config, config: dict[str, Any], name: str, family: Family) -> None:
-    """The base's shape into `cfg.model` (by the config.json names of its family): keys the user did not set take it,
-    a key set to another value (its default included) is refused."""
+def take_shape(
+    cfg: Config,
+    config: dict[str, Any],
+    name: str,
+    family: Family,
+    key: str = KEY,
+    or_else: str = "",
+    skip: tuple[str, ...] = (),
+) -> None:
+    """The base's shape into `cfg.model` (by the config.json names of its family; the model config `key` names): keys
+    the user did not set take it, a key set to another value (its default included) is refused (`or_else`: another
+    way out, for the message); keys in `skip` stay the config's."""
     model = cfg.model
-    for key, base_key in family.shape.items():
-        value, base_value = getattr(model, key), config[base_key]
-        if value != base_value and cfg.set_by_user(f"model.{key}"):
-            raise _refuse(f"{name} has {base_key}={base_value}, but model.{key} is {value}; drop model.{key}")
-        setattr(model, key, base_value)
+    for shape_key, base_key in family.shape.items():
+        if shape_key in skip:
+            continue
+        value, base_value = getattr(model, shape_key), config[base_key]
+        if value != base_value and cfg.set_by_user(f"model.{shape_key}"):
+            raise _refuse(
+                f"{name} has {base_key}={base_value}, but model.{shape_key} is {value}; drop model.{shape_key}"
+                + or_else,
+                key,
+            )
+        setattr(model, shape_key, base_value)
     rows = config["vocab_size"]
     if rows % model.pad_vocab_multiple:
         raise _refuse(
             f"{name} has {rows} embedding rows, not a multiple of model.pad_vocab_multiple "
-            f"({model.pad_vocab_multiple}); drop model.pad_vocab_multiple"
+            f"({model.pad_vocab_multiple}); drop model.pad_vocab_multiple" + or_else,
+            key,
         )
     if model.dropout is None:  # dropout keys the user did not set take the base's (they may be set)
         for key, base_key in family.dropout.items():
@@ -213,23 +239,37 @@ def _take_shape(cfg: Config, config: dict[str, Any], name: str, family: Family) 
                 setattr(model, key, float(config[base_key]))
 
 
-def _take_tokenizer(tokenizer: TokenizerConfig, config: dict[str, Any], name: str) -> None:
-    """The base's tokenizer as tokenizer.pretrained; keys that would train a new vocabulary are refused."""
-    if tokenizer.pretrained not in (None, name):
+def take_tokenizer(tokenizer: TokenizerConfig, config: dict[str, Any], name: str, key: str = KEY) -> None:
+    """The base's tokenizer (that of the model config `key` names) as tokenizer.pretrained; keys that would train a
+    new WordPiece vocabulary are refused, and so is another tokenizer.pretrained (the same tokenizer in another
+    folder passes)."""
+    if tokenizer.pretrained not in (None, name) and not _same_tokenizer(tokenizer.pretrained, name):
         raise _refuse(
-            f"{name} brings its own tokenizer, but tokenizer.pretrained is {tokenizer.pretrained}; "
-            "drop tokenizer.pretrained"
+            f"{name} brings its own tokenizer, but tokenizer.pretrained is {tokenizer.pretrained}, another one; "
+            "drop tokenizer.pretrained",
+            key,
         )
     defaults = TokenizerConfig()
-    for key in TRAINING_KEYS:
-        value = getattr(tokenizer, key)
-        if value != getattr(defaults, key) and not (key == "vocab_size" and value == config["vocab_size"]):
+    for setting in TRAINING_KEYS:
+        value = getattr(tokenizer, setting)
+        if value != getattr(defaults, setting) and not (setting == "vocab_size" and value == config["vocab_size"]):
             raise _refuse(
-                f"{name} brings its own tokenizer, and tokenizer.{key} ({value}) would train a new WordPiece "
-                f"vocabulary; drop tokenizer.{key}"
+                f"{name} brings its own tokenizer, and tokenizer.{setting} ({value}) would train a new WordPiece "
+                f"vocabulary; drop tokenizer.{setting}",
+                key,
             )
     tokenizer.pretrained = name
     tokenizer.vocab_size = config["vocab_size"]
+
+
+def _same_tokenizer(stated: str, name: str) -> bool:
+    """Whether the tokenizer tokenizer.pretrained states splits text as the one of model `name` does."""
+    from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
+
+    try:
+        return tokenizer_fingerprint(load_tokenizer(stated)) == tokenizer_fingerprint(load_tokenizer(name))
+    except UserError:  # a tokenizer that does not load is not the model's
+        return False
 
 
 def kept_pooler(cfg: Config, resume_from: Optional[Path]) -> Optional[dict[str, torch.Tensor]]:

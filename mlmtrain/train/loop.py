@@ -421,6 +421,7 @@ class Loop:
                 "rng": rng,
                 "world_size": ctx.world_size,
                 "accum_steps": setup.layout.accum_steps,  # with micro_batches: the data position in global batches
+                **setup.objective.training_state(setup.mlm),  # what it trains beside the saved model
             }
             folder = ckpt.save_checkpoint(
                 self.run_dir,

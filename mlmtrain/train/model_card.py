@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
@@ -142,13 +142,22 @@ def _family_name(model: dict[str, Any]) -> str:
 
 
 def _continued(cfg: Config) -> str:
-    """The sentence naming the base of a continued run (model.init_from): a Hub link, or a local folder's name."""
-    name = cfg.model.init_from
+    """The sentences naming the base of a continued run (model.init_from) and the model the objective learns from (a
+    teacher): a Hub link, or a local folder's name."""
+    said = _named_model("Continued from", "model.init_from", cfg.model.init_from)
+    key = objective_class(cfg).card_teacher_key
+    if key is not None:
+        section, setting = key.split(".")
+        said += _named_model("Distilled from", key, getattr(getattr(cfg, section), setting))
+    return said
+
+
+def _named_model(verb: str, key: str, name: Optional[str]) -> str:
     if not name:
         return ""
     if names_hub_repository(name):
-        return f" Continued from [`{name}`](https://huggingface.co/{name}) (`model.init_from`)."
-    return f" Continued from the local model `{published_value('model.init_from', name)}` (`model.init_from`)."
+        return f" {verb} [`{name}`](https://huggingface.co/{name}) (`{key}`)."
+    return f" {verb} the local model `{published_value(key, name)}` (`{key}`)."
 
 
 def _parameters(folder: Path) -> int:

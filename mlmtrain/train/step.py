@@ -173,6 +173,7 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
     if resume_from is not None:
         saved = ckpt.load_training_state(resume_from)
         mlm = ckpt.load_resume_model(resume_from, cfg, fingerprint)
+        objective.restore_training_state(mlm, saved)  # what it trains beside the saved model (a projection)
         dropout_changed = ckpt.dropout_changes(resume_from, cfg)  # applied by load_resume_model
         if dropout_changed and ctx.is_main:
             say(f"note: dropout from the config replaces the checkpoint's ({'; '.join(dropout_changed)})")

@@ -313,7 +313,7 @@ BAD_BASES = {
         _albert,
         {},
         "model.init_from",
-        "'albert' model; mlmtrain continues masked LMs of these model types: bert",
+        "'albert' model; mlmtrain reads masked LMs of these model types: bert",
     ),
     "no-mask-token": (
         lambda folder: write_family_base(folder, "roberta", family_tokenizer("roberta", mask=False)),

@@ -1,7 +1,7 @@
 """Every `train.objective`, one class each in REGISTRY: what a run of it builds, reads, optimises, evaluates,
 saves and says. The rest of the package asks the objective's class and tests no objective's name.
 
-A new objective (distillation, say) is one module here and one line in REGISTRY: a subclass of `Objective`
+A new objective is one module here and one line in REGISTRY: a subclass of `Objective`
 (`base.py`) that sets its `name`, the `architecture` and `model_type` its saved config.json names (how a resume
 recognises it), its `model_folders` and `term_names`, and implements `build` and `load` (fresh, and from a
 checkpoint), `planned_models` (the configs a resume compares), `step_module` (forward -> one loss sum per term),
@@ -21,6 +21,7 @@ from mlmtrain.data.masking import VocabInfo
 from mlmtrain.model.families import family_of
 from mlmtrain.readers import read_saved_yaml
 from mlmtrain.train.objectives.base import Evaluation, Objective
+from mlmtrain.train.objectives.distill import Distill
 from mlmtrain.train.objectives.electra import Electra
 from mlmtrain.train.objectives.mlm import MaskedLanguageModel
 from mlmtrain.train.objectives.pairs import NextSentence, SentenceOrder
@@ -32,6 +33,7 @@ REGISTRY: dict[str, type[Objective]] = {
     "electra": Electra,
     "mlm+nsp": NextSentence,
     "mlm+sop": SentenceOrder,
+    "distill": Distill,
 }
 
 
@@ -47,16 +49,17 @@ def objective_of(cfg: Config, vocab: VocabInfo) -> Objective:
 
 def saved_objective(folder: Path, saved: dict[str, Any]) -> str:
     """Which objective trained the checkpoint in `folder`, whose config.json is `saved`: the one whose architecture
-    and model type it names; where several share them (the pair objectives), the one its mlmtrain.yaml names, else
-    the first; with no architecture of ours, the first of its model type (its model type, when none has it)."""
+    and model type it names, else those of its model type (of any family, for a masked LM of another family); where
+    several are left (the pair objectives, a distilled student), the one its mlmtrain.yaml names, else the first; its
+    model type, when none has it."""
     model_type, named = saved.get("model_type"), saved.get("architectures") or []
     by_type = [name for name, kind in REGISTRY.items() if kind.model_type == model_type]
-    if not by_type and family_of(model_type) is not None:  # a continued base of another family (model/families.py)
-        by_type = [name for name, kind in REGISTRY.items() if kind.continues_a_model]
-    sharing = [name for name in by_type if REGISTRY[name].architecture in named]
-    if len(sharing) > 1:
+    if not by_type and family_of(model_type) is not None:  # a masked LM of another family (model/families.py)
+        by_type = [name for name, kind in REGISTRY.items() if kind.saves_any_family]
+    candidates = [name for name in by_type if REGISTRY[name].architecture in named] or by_type
+    if len(candidates) > 1:
         run = read_saved_yaml(Path(folder) / "mlmtrain.yaml") or {}
         train = run.get("train")
         said = train.get("objective") if isinstance(train, dict) else None
-        return said if said in sharing else sharing[0]
-    return (sharing or by_type or [model_type])[0]
+        return said if said in candidates else candidates[0]
+    return (candidates or [model_type])[0]

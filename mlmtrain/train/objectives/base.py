@@ -50,6 +50,9 @@ class Objective:
     architecture: ClassVar[str]  # config.json's `architectures` of the saved model: how a resume recognises it
     model_folders: ClassVar[tuple[str, ...]] = ("",)  # the checkpoint's model folders: "" itself, or a subfolder
     continues_a_model: ClassVar[bool] = False  # whether model.init_from may name a base to start from
+    # whether its checkpoint may be a masked LM of another family than BERT (model/families.py)
+    saves_any_family: ClassVar[bool] = False
+    card_teacher_key: ClassVar[Optional[str]] = None  # the config key naming the model it learns from, for the card
     card_pipeline_tag: ClassVar[str] = "fill-mask"
     card_tags: ClassVar[tuple[str, ...]] = ("fill-mask",)  # after mlmtrain's and the model type's
     card_trained: ClassVar[str] = "with masked language modeling"  # "pretrained ... by mlmtrain" in the card
@@ -61,6 +64,11 @@ class Objective:
         self.flops_per_token = round(self.training_flops_per_token())
 
     # --- what it builds, and a checkpoint of it
+
+    @classmethod
+    def resolve_models(cls, cfg: Config, check_weights: bool = True) -> None:
+        """Fill `cfg` from the models its own section names, refusing what conflicts (before anything is written);
+        `check_weights` false reads their config.json only. Nothing for most objectives."""
 
     def build(self) -> Any:
         """A freshly initialised model of the objective: what the optimizer steps and checkpoints save (seed torch
@@ -76,6 +84,13 @@ class Objective:
         """The transformers config of each model `build` makes, by `model_folders` entry, each with the settings
         that decide its keys (`decided`: the model section's), to name them in a resume's error."""
         raise NotImplementedError
+
+    def training_state(self, trained: Any) -> dict[str, Any]:
+        """What it trains beside the saved model(s), for the checkpoint's training state (tensors and plain values)."""
+        return {}
+
+    def restore_training_state(self, trained: Any, saved: dict[str, Any]) -> None:
+        """Put back into `trained` (loaded by `load`) what `training_state` kept in a checkpoint's training state."""
 
     @classmethod
     def config_class(cls) -> Any:

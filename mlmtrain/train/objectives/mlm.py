@@ -18,6 +18,7 @@ class MaskedLanguageModel(Objective):
     name = "mlm"
     architecture = "BertForMaskedLM"
     continues_a_model = True
+    saves_any_family = True  # a continued base's
 
     def build(self) -> Any:
         if self.cfg.model.init_from:

@@ -23,6 +23,7 @@ class SentencePairs(MaskedLanguageModel):
     term_names = ("mlm_loss", "pair_loss", "pair_accuracy")
     architecture = "BertForPreTraining"  # both train (and save) BERT's pre-training heads
     continues_a_model = False
+    saves_any_family = False
 
     def build(self) -> Any:
         return build_pretraining(self.cfg.model, vocab_size=self.vocab.vocab_size, pad_id=self.vocab.pad_id)
