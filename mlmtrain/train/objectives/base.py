@@ -78,8 +78,8 @@ class Objective:
         raise NotImplementedError
 
     @classmethod
-    def config_class(cls) -> Any:
-        """The transformers config class of the saved model(s)."""
+    def config_class(cls, cfg: Config) -> Any:
+        """The transformers config class of the saved model(s) of a run of `cfg`."""
         from transformers import BertConfig
 
         return BertConfig
