@@ -164,12 +164,19 @@ class TokenizerConfig:
     pretrained: Union[str, None] = _trains(
         None, "reuse this existing tokenizer folder or hub name instead of training one"
     )
-    vocab_size: int = _trains(30522, "WordPiece vocabulary size, special tokens included", check=at_least(16))
+    kind: Literal["wordpiece", "bpe"] = _trains(
+        "wordpiece",
+        "the tokenizer `tokenize` trains: wordpiece (BERT's, '##' inside words) or bpe (byte-level BPE, 'Ġ' before "
+        "words, no unknown characters); both with the specials [CLS] [SEP] [PAD] [MASK] [UNK]",
+    )
+    vocab_size: int = _trains(30522, "vocabulary size, special tokens included", check=at_least(16))
     lowercase: bool = _trains(True, "lower-case text before tokenizing")
     strip_accents: Union[bool, None] = _trains(None, "strip accents; null: follow lowercase, as BERT does")
     min_frequency: int = _trains(2, "a merge must occur this often to enter the vocabulary", check=at_least(1))
     limit_alphabet: int = _trains(
-        1000, "at most this many distinct characters in the initial alphabet", check=at_least(1)
+        1000,
+        "at most this many distinct characters in the initial alphabet (wordpiece; bpe starts from the 256 bytes)",
+        check=at_least(1),
     )
     extend_vocab: int = _trains(
         0,
@@ -229,6 +236,12 @@ class MaskingConfig:
 
 @dataclass
 class ModelConfig:
+    architecture: Literal["bert", "modernbert"] = _trains(
+        "bert",
+        "the encoder built from scratch: bert (learned positions, GELU feed-forward, pooler) or modernbert (rotary "
+        "positions, alternating global and 128-token local attention, GLU feed-forward, no biases; MLM only: "
+        "model.dropout sets its MLP and attention dropout); with model.init_from the base's architecture applies",
+    )
     hidden_size: int = _trains(256, "width of the encoder", check=at_least(1))
     num_layers: int = _trains(4, "transformer layers", check=at_least(1))
     num_heads: int = _trains(4, "attention heads; must divide hidden_size", check=at_least(1))
@@ -643,6 +656,18 @@ class Config:
         if objective_rule := OBJECTIVE_RULES.get(self.train.objective):
             objective_rule(self)
         _check(
+            self.model.architecture == "bert" or not self.model.init_from,
+            "model.architecture",
+            f"({self.model.architecture}) builds a model from scratch, and model.init_from continues "
+            f"{self.model.init_from} as it is built; drop model.architecture or model.init_from",
+        )
+        _check(
+            self.tokenizer.kind == "wordpiece" or not (self.tokenizer.pretrained or self.model.init_from),
+            "tokenizer.kind",
+            f"({self.tokenizer.kind}) trains a tokenizer, and tokenizer.pretrained or model.init_from brings one; "
+            "drop tokenizer.kind or the tokenizer you bring",
+        )
+        _check(
             not self.tokenizer.extend_vocab or bool(self.model.init_from),
             "tokenizer.extend_vocab",
             "extends the tokenizer of an existing model: set model.init_from too, or drop tokenizer.extend_vocab",
@@ -667,8 +692,19 @@ class Config:
             f"({self.model.max_position_embeddings})",
         )
 
+    def validate_bert_objective(self) -> None:
+        """An objective that builds a BERT's parts (the pooler and pair head, ELECTRA's pair of encoders) needs
+        model.architecture bert."""
+        _check(
+            self.model.architecture == "bert",
+            "model.architecture",
+            f"({self.model.architecture}) trains train.objective mlm only, and {self.train.objective} builds "
+            "BERT-style models (a pooler, pair or ELECTRA heads); set train.objective: mlm or model.architecture: bert",
+        )
+
     def validate_electra(self) -> None:
         """The generator's share of the model's width keeps its heads whole."""
+        self.validate_bert_objective()
         shape = self.electra.generator_shape(self.model)
         _check(
             shape["hidden_size"] % shape["num_heads"] == 0,
@@ -691,9 +727,16 @@ class Config:
             "is set with train.objective distill; the student starts from scratch or from the teacher's layers "
             "(distill.init: teacher-layers): drop model.init_from",
         )
+        _check(
+            self.model.architecture == "bert",
+            "model.architecture",
+            f"({self.model.architecture}) is not a student distillation builds: a student from scratch is a BERT, one "
+            "from the teacher's layers the teacher's family; drop model.architecture",
+        )
 
     def validate_pairs(self) -> None:
         """Sentence pairs are cut from the token store's documents, two segments of MIN_SEGMENT tokens or more."""
+        self.validate_bert_objective()
         objective, shortest = self.train.objective, 3 + 2 * MIN_SEGMENT
         _check(
             self.data.seq_len >= shortest,

@@ -112,7 +112,7 @@ def _load(config: Optional[Path], overrides: list[str]):
     return load_config(config, overrides)
 
 
-@app.command(cls=_Command, short_help="Train the WordPiece tokenizer and encode the corpus.")
+@app.command(cls=_Command, short_help="Train the tokenizer and encode the corpus.")
 def tokenize(
     config: Optional[Path] = ConfigOption,
     overrides: list[str] = SetOption,
@@ -120,7 +120,7 @@ def tokenize(
         None, "--tokenizer", help="Reuse this tokenizer folder (or hub name) instead of training one."
     ),
 ) -> None:
-    """Train the WordPiece tokenizer on the train split and encode train and validation into the token store."""
+    """Train the tokenizer (tokenizer.kind) on the train split and encode train and validation into the token store."""
     from mlmtrain.tools.tokens import tokenize as run_tokenize
 
     cfg = _load(config, overrides)

@@ -34,6 +34,9 @@ class VocabInfo:
     special_ids: tuple[int, ...]
     # bool [vocab_size]: True for pieces that continue a word (`word_marks`); None when the tokenizer marks no words
     continuation: torch.Tensor | None = field(default=None, compare=False)
+    # the ids a model's config names beside pad (ModernBERT's cls/sep/bos/eos); None: the tokenizer has no such token
+    cls_id: int | None = None
+    sep_id: int | None = None
     # lookup tables built once, so masking a batch is a few gathers
     _special_table: torch.Tensor = field(init=False, repr=False, compare=False)
     _ordinary: torch.Tensor = field(init=False, repr=False, compare=False)
@@ -79,6 +82,8 @@ class VocabInfo:
             pad_id=tokenizer.pad_token_id,
             special_ids=tuple(sorted(special)),
             continuation=continuation if continuation is not None and bool(continuation.any()) else None,
+            cls_id=tokenizer.cls_token_id,
+            sep_id=tokenizer.sep_token_id,
         )
 
     def ordinary_ids(self) -> torch.Tensor:

@@ -264,6 +264,8 @@ def store_is_current(folder: Path, fingerprint: str, sources: dict[str, str]) ->
 def _tokenizer_settings(cfg: Config, train_fingerprint: str) -> dict[str, Any]:
     settings = asdict(cfg.tokenizer)
     settings.pop("path")
+    if settings["kind"] == "wordpiece":  # the default, unstated: the record of a folder made before tokenizer.kind
+        settings.pop("kind")
     return {"corpus": train_fingerprint, "tokenizer": settings}
 
 
@@ -327,6 +329,7 @@ def _waiting_for(what: str, folder: Path) -> Callable[[], None]:
 def _prepare_tokenizer(cfg: Config, train_corpus: Any, tokenizer_source: Optional[Path]) -> Any:
     from mlmtrain.data.tokenizer import (
         TOKENIZER_FILES,
+        TOKENIZER_KINDS,
         TOKENIZER_META,
         copy_tokenizer,
         extend_tokenizer,
@@ -365,8 +368,8 @@ def _prepare_tokenizer(cfg: Config, train_corpus: Any, tokenizer_source: Optiona
     trained = train_tokenizer(train_corpus, cfg.tokenizer, report=say)
     save_tokenizer(trained, folder, cfg.tokenizer, model_max_length=cfg.model.max_position_embeddings, record=record)
     say(
-        f"tokenizer: trained WordPiece, {trained.get_vocab_size():,} tokens, in {time.perf_counter() - started:.1f}s "
-        f"-> {folder}"
+        f"tokenizer: trained {TOKENIZER_KINDS[cfg.tokenizer.kind]}, {trained.get_vocab_size():,} tokens, in "
+        f"{time.perf_counter() - started:.1f}s -> {folder}"
     )
     return load_tokenizer(folder)
 

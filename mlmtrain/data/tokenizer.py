@@ -1,4 +1,5 @@
-"""The WordPiece tokenizer: train it from a stream of documents, save it as a Hugging Face folder, load it back.
+"""The tokenizer `tokenize` trains (tokenizer.kind: WordPiece, or a byte-level BPE, both with BERT's special tokens):
+train it from a stream of documents, save it as a Hugging Face folder, load it back.
 
 A saved folder loads with `transformers.AutoTokenizer.from_pretrained(folder)` (no mlmtrain needed) and encodes any
 text to exactly the ids of the trained `tokenizers.Tokenizer`; `tokenizer_fingerprint` ties token stores to it.
@@ -26,6 +27,7 @@ from mlmtrain.runtime.model_folder import check_folder, from_pretrained
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]  # the trainer gives them ids 0..4 in this order
+TOKENIZER_KINDS = {"wordpiece": "WordPiece", "bpe": "byte-level BPE"}  # tokenizer.kind, as messages name it
 
 _CONFIG_FILE = "tokenizer_config.json"
 _VOCAB_FILES = ("tokenizer.json", "vocab.txt")  # either one lets transformers build the tokenizer
@@ -42,6 +44,19 @@ def _strip_accents(cfg: TokenizerConfig) -> bool:
     # Resolved here rather than left None: the saved folder then states it, and the fingerprint of the trained
     # object equals that of the reloaded one (BertNormalizer keeps None and True apart in its settings).
     return cfg.lowercase if cfg.strip_accents is None else cfg.strip_accents
+
+
+def _untrained_bpe(cfg: TokenizerConfig) -> tokenizers.Tokenizer:
+    """A byte-level BPE (every text encodes, no [UNK]) that marks each word's first piece with 'Ġ', the first word of
+    a text too (add_prefix_space), so whole-word masks find every word; cased unless tokenizer.lowercase."""
+    tokenizer = tokenizers.Tokenizer(models.BPE())
+    steps = [normalizers.NFD(), normalizers.StripAccents()] if _strip_accents(cfg) else []
+    steps += [normalizers.Lowercase()] if cfg.lowercase else []
+    if steps:
+        tokenizer.normalizer = normalizers.Sequence(steps)
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
 
 
 def _untrained_tokenizer(cfg: TokenizerConfig) -> tokenizers.Tokenizer:
@@ -100,19 +115,30 @@ def train_tokenizer(
     Words longer than MAX_WORD_CHARS are left out of training (`report` is told how many): they encode as [UNK]
     anyway, and the trainer's cost grows with the square of a word's length (a 200 kB word took 46 s).
     """
-    tokenizer = _untrained_tokenizer(cfg)
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=cfg.vocab_size,
-        min_frequency=cfg.min_frequency,
-        limit_alphabet=cfg.limit_alphabet,
-        special_tokens=SPECIAL_TOKENS,
-        continuing_subword_prefix="##",
-        show_progress=show_progress,
-    )
     seen, dropped = [0], [0]
-    splitter = _untrained_tokenizer(cfg)
-    short_words = (_without_long_words(text, splitter, dropped) for text in texts)
-    tokenizer.train_from_iterator(_batches(short_words, batch_size, seen), trainer=trainer)
+    if cfg.kind == "bpe":  # every byte is in its alphabet: a long word costs pieces, not an [UNK]
+        tokenizer = _untrained_bpe(cfg)
+        trainer = trainers.BpeTrainer(
+            vocab_size=cfg.vocab_size,
+            min_frequency=cfg.min_frequency,
+            special_tokens=SPECIAL_TOKENS,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=show_progress,
+        )
+        tokenizer.train_from_iterator(_batches(texts, batch_size, seen), trainer=trainer)
+    else:
+        tokenizer = _untrained_tokenizer(cfg)
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=cfg.vocab_size,
+            min_frequency=cfg.min_frequency,
+            limit_alphabet=cfg.limit_alphabet,
+            special_tokens=SPECIAL_TOKENS,
+            continuing_subword_prefix="##",
+            show_progress=show_progress,
+        )
+        splitter = _untrained_tokenizer(cfg)
+        short_words = (_without_long_words(text, splitter, dropped) for text in texts)
+        tokenizer.train_from_iterator(_batches(short_words, batch_size, seen), trainer=trainer)
     if dropped[0] and report is not None:
         report(
             f"tokenizer: {dropped[0]:,} words longer than {MAX_WORD_CHARS} characters left out of training "
@@ -123,11 +149,14 @@ def train_tokenizer(
     learned = tokenizer.get_vocab_size(with_added_tokens=True)
     if learned > cfg.vocab_size:
         # The trainer never drops characters it kept, so a too-small vocab_size silently grows: say so instead.
+        fix = "" if cfg.kind == "bpe" else " or lower tokenizer.limit_alphabet"  # a BPE's alphabet is its 256 bytes
         raise UserError(
             "tokenizer",
             f"tokenizer.vocab_size ({cfg.vocab_size}) is below the {learned} special tokens and characters the corpus "
-            f"needs; raise tokenizer.vocab_size well above {learned} or lower tokenizer.limit_alphabet",
+            f"needs; raise tokenizer.vocab_size well above {learned}{fix}",
         )
+    if cfg.kind == "bpe":  # [MASK] takes the space before it, as the word it hides begins with 'Ġ' (RoBERTa's rule)
+        tokenizer.add_special_tokens([tokenizers.AddedToken(MASK, lstrip=True, normalized=False, special=True)])
     # Set after training so the template's ids are the trained ids of [CLS] and [SEP].
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{CLS} $A {SEP}",
@@ -143,17 +172,27 @@ def _normalizer_settings(backend: tokenizers.Tokenizer) -> dict:
 
 def _tokenizer_config(tokenizer: tokenizers.Tokenizer, model_max_length: int) -> dict:
     normalizer = _normalizer_settings(tokenizer)
+    decoder = tokenizer.get_added_tokens_decoder()
     added = {
-        str(tokenizer.token_to_id(token)): {
-            "content": token,
-            "lstrip": False,
+        str(index): {
+            "content": token.content,
+            "lstrip": token.lstrip,
             "normalized": False,
             "rstrip": False,
             "single_word": False,
             "special": True,
         }
-        for token in SPECIAL_TOKENS
+        for index, token in sorted(decoder.items())
     }
+    special = {"unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK}
+    if json.loads(tokenizer.to_str())["model"]["type"] == "BPE":  # transformers loads it from tokenizer.json as it is
+        return {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "clean_up_tokenization_spaces": False,
+            "model_max_length": model_max_length,
+            **special,
+            "added_tokens_decoder": added,
+        }
     return {
         # transformers 5 strips "Fast" and rebuilds a BertTokenizer from the vocabulary and the settings below,
         # transformers 4 loads tokenizer.json into BertTokenizerFast: both encode like `tokenizer`.
@@ -163,11 +202,7 @@ def _tokenizer_config(tokenizer: tokenizers.Tokenizer, model_max_length: int) ->
         "tokenize_chinese_chars": bool(normalizer.get("handle_chinese_chars", True)),
         "clean_up_tokenization_spaces": False,
         "model_max_length": model_max_length,
-        "unk_token": UNK,
-        "sep_token": SEP,
-        "pad_token": PAD,
-        "cls_token": CLS,
-        "mask_token": MASK,
+        **special,
         "added_tokens_decoder": added,
     }
 
@@ -179,8 +214,8 @@ def _write_vocab(folder: Path, vocab: dict[str, int]) -> None:
 
 def _write_folder(tokenizer: tokenizers.Tokenizer, folder: Path, model_max_length: int) -> None:
     tokenizer.save(str(folder / "tokenizer.json"))
-    vocab = tokenizer.get_vocab(with_added_tokens=True)
-    _write_vocab(folder, vocab)
+    if json.loads(tokenizer.to_str())["model"]["type"] == "WordPiece":  # vocab.txt is WordPiece's second form
+        _write_vocab(folder, tokenizer.get_vocab(with_added_tokens=True))
     config = _tokenizer_config(tokenizer, model_max_length)
     (folder / _CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", "utf-8")
     special = {key: config[key] for key in ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")}

@@ -43,9 +43,8 @@ def build_model(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertForMasked
     return model
 
 
-def bert_config(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertConfig:
-    """The `BertConfig` of `cfg` for a tokenizer of `vocab_size` tokens (rows padded to pad_vocab_multiple): what
-    `build_model` makes, and what a resume compares a checkpoint's with."""
+def check_vocabulary(vocab_size: int, pad_id: int) -> None:
+    """UserError for a tokenizer no model can be built for: an empty vocabulary, or a pad id outside it."""
     if vocab_size < 1:
         raise UserError("model", f"the tokenizer's vocabulary is empty (vocab_size={vocab_size})")
     if not 0 <= pad_id < vocab_size:
@@ -54,13 +53,27 @@ def bert_config(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertConfig:
             f"pad token id {pad_id} is outside the vocabulary [0, {vocab_size}); "
             "the tokenizer folder must define [PAD]",
         )
+
+
+def config_shape(cfg: ModelConfig, vocab_size: int) -> dict[str, int]:
+    """The shape keys of `cfg` as BERT's and ModernBERT's transformers configs name them, for a tokenizer of
+    `vocab_size` tokens (rows padded to pad_vocab_multiple)."""
+    return {
+        "vocab_size": padded_vocab_size(vocab_size, cfg.pad_vocab_multiple),
+        "hidden_size": cfg.hidden_size,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "intermediate_size": cfg.intermediate_size,
+        "max_position_embeddings": cfg.max_position_embeddings,
+    }
+
+
+def bert_config(cfg: ModelConfig, vocab_size: int, pad_id: int) -> BertConfig:
+    """The `BertConfig` of `cfg` for a tokenizer of `vocab_size` tokens (rows padded to pad_vocab_multiple): what
+    `build_model` makes, and what a resume compares a checkpoint's with."""
+    check_vocabulary(vocab_size, pad_id)
     return BertConfig(
-        vocab_size=padded_vocab_size(vocab_size, cfg.pad_vocab_multiple),
-        hidden_size=cfg.hidden_size,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        intermediate_size=cfg.intermediate_size,
-        max_position_embeddings=cfg.max_position_embeddings,
+        **config_shape(cfg, vocab_size),
         hidden_dropout_prob=cfg.hidden_dropout_prob,
         attention_probs_dropout_prob=cfg.attention_dropout_prob,
         pad_token_id=pad_id,
@@ -235,20 +248,6 @@ def device_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def check_model_fits(cfg: ModelConfig, vocab_size: int, device: torch.device) -> None:
-    """UserError, before anything is allocated, for a model whose training state cannot fit on `device`."""
-    parameters = planned_parameter_count(cfg, vocab_size)
-    needed, available = parameters * TRAINING_BYTES_PER_PARAMETER, device_memory_bytes(device)
-    if needed > available:
-        raise UserError(
-            "model",
-            f"model.hidden_size={cfg.hidden_size}, num_layers={cfg.num_layers}, intermediate_size="
-            f"{cfg.intermediate_size} make {parameters / 1e6:,.0f}M parameters, about {needed / 1e9:,.1f} GB to "
-            f"train (weights, gradients, AdamW state in float32), more than the {available / 1e9:,.1f} GB of "
-            f"{device}; choose a smaller model",
-        )
 
 
 def count_parameters(model: torch.nn.Module) -> int:

@@ -521,7 +521,7 @@ def _saved_model_configs(folder: Path, cfg: Config) -> dict[str, Any]:
         where = Path(folder) / subfolder if subfolder else Path(folder)
         saved = _read_model_config(where)
         try:
-            found[subfolder] = kind.config_class().from_dict(saved)
+            found[subfolder] = kind.config_class(cfg).from_dict(saved)
         except Exception as error:  # transformers 5 validates the values' types, each kind of error its own way
             raise UserError(
                 "checkpoint",
@@ -546,8 +546,15 @@ def check_model_shape(folder: Path, cfg: Config) -> None:
             f"{folder} was trained with train.objective {trained_with}, the config says {cfg.train.objective}; "
             f"resume with train.objective: {trained_with}, or start afresh with --overwrite",
         )
-    if family not in (None, BERT):  # a continued base's shape is its own: resolve_init_from took it from the folder
+    if family not in (None, BERT) and cfg.model.init_from:  # a continued base's shape is its own (init_from.py)
         return
+    builds = objective_class(cfg).config_class(cfg).model_type
+    if saved.get("model_type") != builds:  # a model of another model.architecture
+        raise UserError(
+            "checkpoint",
+            f"{folder} holds a {saved.get('model_type')} model, the config builds {builds} (model.architecture "
+            f"{cfg.model.architecture}); resume with the config of that run, or start afresh with --overwrite",
+        )
     found = _saved_model_configs(folder, cfg)  # before the tokenizer, whose loading reads config.json too
     objective = objective_of(cfg, VocabInfo.from_tokenizer(load_tokenizer(folder)))
     for subfolder, (planned, decided) in _planned_models(objective).items():

@@ -192,7 +192,7 @@ def check_before_start(cfg: Config, device: torch.device, resume_from: Optional[
     """Everything that would make the run fail later, checked before a tokenizer or store is (re)built:
     a model too big for the device, train.compile without the compiler it needs, and a checkpoint that belongs to
     another model or tokenizer."""
-    from mlmtrain.model.bert import check_model_fits
+    from mlmtrain.model.architectures import check_model_fits
 
     check_model_fits(cfg.model, cfg.tokenizer.vocab_size, device)
     if cfg.train.compile:

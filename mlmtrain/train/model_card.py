@@ -10,6 +10,7 @@ user edited makes the folder theirs: it is never replaced or pruned.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -193,7 +194,8 @@ def _model_section(model: dict[str, Any], folder: Path) -> str:
 def _tokenizer_section(cfg: Config, folder: Path) -> str:
     try:
         settings = read_json(folder / "tokenizer_config.json")
-        vocab = read_json(folder / "tokenizer.json")["model"]
+        vocab_file = read_json(folder / "tokenizer.json")
+        vocab = vocab_file["model"]
     except (OSError, ValueError, KeyError):
         return ""
     origin = (
@@ -201,7 +203,8 @@ def _tokenizer_section(cfg: Config, folder: Path) -> str:
         if cfg.tokenizer.pretrained
         else "trained by mlmtrain on the training data"
     )
-    cased = "lower-cased" if settings.get("do_lower_case") else "cased"
+    lowercases = "Lowercase" in json.dumps(vocab_file.get("normalizer"))  # a BPE's normalizer, or BERT's setting
+    cased = "lower-cased" if settings.get("do_lower_case") or lowercases else "cased"
     words = len(added_words(cfg))
     added = (
         f" `tokenizer.extend_vocab` added {words:,} whole word{'s' if words != 1 else ''} of the training data to "

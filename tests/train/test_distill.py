@@ -174,6 +174,10 @@ BAD_SETTINGS = {
         "not a masked LM",
     ),
     "temperature": (lambda root, data: {"distill.temperature": 0}, "distill.temperature must be > 0"),
+    "modernbert-student": (
+        lambda root, data: {"model.architecture": "modernbert"},
+        "(modernbert) is not a student distillation builds",
+    ),
     "alpha": (lambda root, data: {"distill.alpha": 1.5}, "distill.alpha must be in [0, 1]"),
     "teacher-layers-widths": (
         lambda root, data: {"distill.init": "teacher-layers", "model.hidden_size": 32},

@@ -25,10 +25,13 @@ def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("objective", ["mlm", "electra"])
-def test_flops_per_token_matches_a_count_of_one_training_step(objective: str, tiny_data: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("objective, architecture", [("mlm", "bert"), ("electra", "bert"), ("mlm", "modernbert")])
+def test_flops_per_token_matches_a_count_of_one_training_step(
+    objective: str, architecture: str, tiny_data: Path, monkeypatch
+) -> None:
     """The formula against torch's FLOP counter over a real forward and backward: ELECTRA's counts its generator
-    (half width here, about a quarter of the work) as well as its discriminator."""
+    (half width here, about a quarter of the work) as well as its discriminator; ModernBERT's its GLU feed-forward
+    (Wi projects to twice the intermediate size)."""
     import mlmtrain.model.bert
 
     monkeypatch.setattr(mlmtrain.model.bert, "fused_head_applies", lambda *_: False)  # its out= products go uncounted
@@ -43,6 +46,7 @@ def test_flops_per_token_matches_a_count_of_one_training_step(objective: str, ti
             "data.seq_len=64",
             "masking.fixed_count=true",
             f"train.objective={objective}",
+            f"model.architecture={architecture}",
             *(["electra.generator_size=0.5"] if objective == "electra" else []),
         ],
     )

@@ -28,8 +28,9 @@ def test_the_config_the_registry_and_each_class_name_the_same_objectives(tiny_co
     for name, kind in REGISTRY.items():
         assert kind.name == name
         needs = {"distill.teacher": str(teacher)} if name == "distill" else {}  # the one objective with a setting
-        objective = objective_of(tiny_config(**{"train.objective": name, **needs}), vocab)
+        cfg = tiny_config(**{"train.objective": name, **needs})
+        objective = objective_of(cfg, vocab)
         planned = objective.planned_models({})
         assert tuple(planned) == kind.model_folders  # what a resume reads is what a fresh run builds
-        assert all(isinstance(config, kind.config_class()) for config, _ in planned.values())
+        assert all(isinstance(config, kind.config_class(cfg)) for config, _ in planned.values())
         assert objective.flops_per_token > 0 and len(objective.weights) == len(kind.term_names)

@@ -93,8 +93,8 @@ class Objective:
         """Put back into `trained` (loaded by `load`) what `training_state` kept in a checkpoint's training state."""
 
     @classmethod
-    def config_class(cls) -> Any:
-        """The transformers config class of the saved model(s)."""
+    def config_class(cls, cfg: Config) -> Any:
+        """The transformers config class of the saved model(s) of a run of `cfg`."""
         from transformers import BertConfig
 
         return BertConfig

@@ -116,7 +116,7 @@ class Distill(MaskedLanguageModel):
         if self.cfg.distill.init != "teacher-layers":
             return super().planned_models(decided)
         layers = {"num_hidden_layers": self.cfg.model.num_layers}  # a BERT teacher's: others are not compared
-        return {"": (self.config_class().from_dict({**self.teacher_config, **layers}), decided)}
+        return {"": (self.config_class(self.cfg).from_dict({**self.teacher_config, **layers}), decided)}
 
     def step_module(self, trained: Any) -> torch.nn.Module:
         from mlmtrain.train.precision import resolve_precision

@@ -64,7 +64,7 @@ class Electra(Objective):
         }
 
     @classmethod
-    def config_class(cls) -> Any:
+    def config_class(cls, cfg: Config) -> Any:
         from transformers import ElectraConfig
 
         return ElectraConfig

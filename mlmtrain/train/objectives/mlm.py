@@ -1,5 +1,5 @@
-"""`mlm`: masked language modeling, a `BertForMaskedLM` through the sparse head (`model/bert.py`); the one objective
-that may continue an existing model (model.init_from)."""
+"""`mlm`: masked language modeling, a masked LM of model.architecture (BERT or ModernBERT: `model/architectures.py`)
+through the sparse head (`model/bert.py`); the one objective that may continue an existing model (model.init_from)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from typing import Any
 
 import torch
 
+from mlmtrain.config import Config
 from mlmtrain.data.masking import MaskingCollator, mean_rate
-from mlmtrain.model.bert import MaskedLM, bert_config, build_model, flops_per_token
+from mlmtrain.model.architectures import architecture_of
+from mlmtrain.model.bert import MaskedLM
 from mlmtrain.model.families import Family
 from mlmtrain.train.objectives.base import Blocks, Evaluation, Objective
 
@@ -25,13 +27,19 @@ class MaskedLanguageModel(Objective):
             from mlmtrain.train.init_from import load_base_model
 
             return load_base_model(self.cfg)
-        return build_model(self.cfg.model, vocab_size=self.vocab.vocab_size, pad_id=self.vocab.pad_id)
+        return architecture_of(self.cfg.model).build(self.cfg.model, self.vocab)
 
     def load(self, folder: Any, family: Family) -> Any:
         return family.load(folder, self.cfg.model)  # the masked LM of the checkpoint's family (a continued base's)
 
+    @classmethod
+    def config_class(cls, cfg: Config) -> Any:
+        import transformers
+
+        return getattr(transformers, architecture_of(cfg.model).config_class)
+
     def planned_models(self, decided: dict[str, str]) -> dict[str, tuple[Any, dict[str, str]]]:
-        return {"": (bert_config(self.cfg.model, self.vocab.vocab_size, self.vocab.pad_id), decided)}
+        return {"": (architecture_of(self.cfg.model).config(self.cfg.model, self.vocab), decided)}
 
     def step_module(self, trained: Any) -> torch.nn.Module:
         return MaskedLM(trained, sparse_head=self.cfg.model.sparse_head)
@@ -50,7 +58,8 @@ class MaskedLanguageModel(Objective):
     def training_flops_per_token(self) -> float:
         model = self.cfg.model
         rate = mean_rate(self.cfg.masking)  # the head's share of the rows, over the run
-        return flops_per_token(model, self.vocab.vocab_size, self.cfg.data.seq_len, rate, model.sparse_head)
+        count = architecture_of(model).flops_per_token
+        return count(model, self.vocab.vocab_size, self.cfg.data.seq_len, rate, model.sparse_head)
 
     def evaluate(
         self, trained: Any, blocks: Blocks, indices: Sequence[int], on: Evaluation

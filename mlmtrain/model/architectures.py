@@ -1,0 +1,76 @@
+"""The architectures `model.architecture` builds from scratch, one `Architecture` each: its transformers config, the
+fresh masked LM, its parameter count and its training FLOPs per token. A base a run continues (model.init_from) is
+built as its family builds it (families.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mlmtrain.config import ModelConfig
+from mlmtrain.data.masking import VocabInfo
+from mlmtrain.errors import UserError
+from mlmtrain.model.bert import (
+    TRAINING_BYTES_PER_PARAMETER,
+    bert_config,
+    build_model,
+    device_memory_bytes,
+    flops_per_token,
+    planned_parameter_count,
+)
+from mlmtrain.model.modernbert import (
+    build_modernbert,
+    modernbert_config,
+    modernbert_flops_per_token,
+    modernbert_parameter_count,
+)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    config_class: str  # the transformers config class (a resume reads a checkpoint's config.json with it)
+    config: Callable[[ModelConfig, VocabInfo], Any]  # the transformers config `build` makes
+    build: Callable[[ModelConfig, VocabInfo], Any]  # a freshly initialised masked LM (seed torch first)
+    parameters: Callable[[ModelConfig, int], int]  # (cfg, vocab_size) -> parameters, without building it
+    # (cfg, vocab_size, seq_len, mlm_probability, sparse_head) -> training FLOPs per input token
+    flops_per_token: Callable[[ModelConfig, int, int, float, bool], float]
+
+
+ARCHITECTURES = {
+    "bert": Architecture(
+        config_class="BertConfig",
+        config=lambda cfg, vocab: bert_config(cfg, vocab.vocab_size, vocab.pad_id),
+        build=lambda cfg, vocab: build_model(cfg, vocab.vocab_size, vocab.pad_id),
+        parameters=planned_parameter_count,
+        flops_per_token=flops_per_token,
+    ),
+    "modernbert": Architecture(
+        config_class="ModernBertConfig",
+        config=modernbert_config,
+        build=build_modernbert,
+        parameters=modernbert_parameter_count,
+        flops_per_token=modernbert_flops_per_token,
+    ),
+}
+
+
+def architecture_of(cfg: ModelConfig) -> Architecture:
+    """The architecture `cfg` (model.architecture) builds."""
+    return ARCHITECTURES[cfg.architecture]
+
+
+def check_model_fits(cfg: ModelConfig, vocab_size: int, device: torch.device) -> None:
+    """UserError, before anything is allocated, for a model whose training state cannot fit on `device`."""
+    parameters = architecture_of(cfg).parameters(cfg, vocab_size)
+    needed, available = parameters * TRAINING_BYTES_PER_PARAMETER, device_memory_bytes(device)
+    if needed > available:
+        raise UserError(
+            "model",
+            f"model.hidden_size={cfg.hidden_size}, num_layers={cfg.num_layers}, intermediate_size="
+            f"{cfg.intermediate_size} make {parameters / 1e6:,.0f}M parameters, about {needed / 1e9:,.1f} GB to "
+            f"train (weights, gradients, AdamW state in float32), more than the {available / 1e9:,.1f} GB of "
+            f"{device}; choose a smaller model",
+        )
