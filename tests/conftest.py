@@ -1,94 +1,17 @@
-"""Shared fixtures: a tiny tokenized corpus (built once per session) and tiny configs that train in seconds."""
+"""Shared fixtures: a tiny tokenized corpus and a finished tiny run (each built once per session), tiny configs that
+train in seconds, and one torch thread for the modules that ask for it. Shared functions live in helpers.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from mlmtrain.config import Config, load_config
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
-
-
-@contextmanager
-def script_module(filename: str, module_name: str) -> Iterator[ModuleType]:
-    """scripts/FILENAME as a module named `module_name` (scripts are not a package), registered in sys.modules while
-    in use (dataclasses look their module up there) and removed after."""
-    spec = importlib.util.spec_from_file_location(module_name, SCRIPTS / filename)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        del sys.modules[module_name]
-
-
-WORDS = (
-    "the quick brown fox jumps over a lazy dog while seven wizards quietly hex bold jackdaws near "
-    "my big sphinx of quartz and five boxing wizards judge every jumping vexed zebra"
-).split()
-
-
-def write_corpus(path: Path, documents: int, seed: int = 0) -> Path:
-    """A deterministic English-like corpus: `documents` lines of varying length."""
-    import random
-
-    rng = random.Random(seed)
-    lines = []
-    for _ in range(documents):
-        length = rng.randint(5, 60)
-        lines.append(" ".join(rng.choice(WORDS) for _ in range(length)).capitalize() + ".")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
-
-def tiny_overrides(root: Path, **extra: object) -> list[str]:
-    """--set options for a model that trains a step in milliseconds."""
-    values = {
-        "data.train": str(root / "train.txt"),
-        "data.validation": str(root / "valid.txt"),
-        "data.seq_len": 32,
-        "data.num_workers": 0,
-        "tokenizer.vocab_size": 200,
-        "tokenizer.path": str(root / "tokenizer"),
-        "data.store": str(root / "tokens"),
-        "model.hidden_size": 32,
-        "model.num_layers": 2,
-        "model.num_heads": 2,
-        "model.intermediate_size": 64,
-        "model.max_position_embeddings": 64,
-        "optim.warmup_steps": 2,
-        "train.batch_size": 8,
-        "train.max_steps": 10,
-        "train.log_every": 1,
-        "train.eval_every": 5,
-        "train.eval_max_blocks": 8,
-        "train.progress": False,
-        "checkpoint.save_every": 5,
-        "checkpoint.keep_last": 0,
-        "report.html": False,  # the page costs a second or two per checkpoint; its own tests turn it on
-    }
-    values.update(extra)
-    return [f"{k}={'null' if v is None else v}" for k, v in values.items()]
-
-
-def copy_corpus(tiny_data: Path, tmp_path: Path) -> Path:
-    """The tiny corpus (train.txt, valid.txt) in a folder of its own, with no tokenizer or store built yet."""
-    import shutil
-
-    root = tmp_path / "data"
-    root.mkdir()
-    for name in ("train.txt", "valid.txt"):
-        shutil.copy(tiny_data / name, root / name)
-    return root
+from .helpers import FINISHED, one_thread, tiny_overrides, write_corpus
 
 
 @pytest.fixture(scope="session")
@@ -112,6 +35,33 @@ def tiny_config(tiny_data: Path, tmp_path: Path):
         return load_config(None, tiny_overrides(tiny_data, **extra))
 
     return make
+
+
+@pytest.fixture(scope="session")
+def trained_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run folder of a finished FINISHED run on the tiny store, trained once per session: read it, never change
+    it (a test that changes a run takes `finished_run`, its own copy)."""
+    from mlmtrain.train.loop import pretrain
+
+    run_dir = tmp_path_factory.mktemp("trained-once") / "run"
+    with one_thread():
+        pretrain(load_config(None, tiny_overrides(tiny_data, **{**FINISHED, "train.run_dir": str(run_dir)})))
+    return run_dir
+
+
+@pytest.fixture
+def finished_run(trained_run: Path, tmp_path: Path) -> Path:
+    """A copy of that run of the test's own, where tiny_config trains (links as links, the times its checkpoints
+    recorded kept)."""
+    return Path(shutil.copytree(trained_run, tmp_path / "run", symlinks=True))
+
+
+@pytest.fixture(scope="module")
+def torch_one_thread() -> Iterator[None]:
+    """The test machines have 2 shared cores: a second torch thread mostly waits for the first, 10x slower. A module
+    asks for it with `pytestmark = pytest.mark.usefixtures("torch_one_thread")`."""
+    with one_thread():
+        yield
 
 
 @pytest.fixture

@@ -38,10 +38,9 @@ from mlmtrain.report import health
 from mlmtrain.report import page as report
 from mlmtrain.report.rundata import load_run, read_metrics
 
-from ..conftest import WORDS, write_corpus
 from ..evaluate.test_evaluate import TINY, one_thread  # noqa: F401  (one torch thread for this module too)
+from ..helpers import WORDS, assert_one_error_line, run_cli, write_corpus
 from ..report.test_report import healthy_spec, read_page, verdicts_of, write_run
-from ..train.test_reliability import assert_one_error_line, run_cli
 
 CPU = torch.device("cpu")
 HUGE = int("9" * 400)  # an integer JSON and YAML read exactly and no float holds

@@ -19,8 +19,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.readers import MAX_VALUES, load_yaml_text
 from mlmtrain.train.loop import pretrain
 
-from ..conftest import tiny_overrides
-from ..train.test_reliability import CHILD_ENV, assert_one_error_line, run_cli, set_options
+from ..helpers import CHILD_ENV, assert_one_error_line, run_cli, set_options, tiny_overrides
 
 
 def alias_bomb(levels: int = 9, width: int = 9) -> str:

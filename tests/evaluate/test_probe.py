@@ -35,8 +35,7 @@ from mlmtrain.evaluate.tasks import TaskFields, load_task
 from mlmtrain.model.bert import build_model
 from mlmtrain.train.loop import pretrain
 
-from ..conftest import tiny_overrides
-from ..train.test_reliability import CHILD_ENV, assert_one_error_line, run_cli
+from ..helpers import CHILD_ENV, assert_one_error_line, run_cli, tiny_overrides
 from .test_evaluate import TINY, one_thread  # noqa: F401  (one torch thread for this module too)
 
 CPU = torch.device("cpu")

@@ -19,8 +19,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.model.pairs import PairPretraining, build_pretraining, pair_windows
 from mlmtrain.train.loop import pretrain
 
-from ..conftest import WORDS, tiny_overrides
-from ..train.test_train import metrics, step_losses, weights
+from ..helpers import WORDS, metrics, step_losses, tiny_overrides, weights
 
 PAIRS = {"train.objective": "mlm+nsp", "train.max_steps": 6, "train.eval_every": 3, "checkpoint.save_every": 3}
 

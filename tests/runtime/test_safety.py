@@ -22,44 +22,27 @@ import pytest
 
 from mlmtrain.train.loop import pretrain
 
-from ..conftest import copy_corpus, tiny_overrides, write_corpus
-from ..train.test_reliability import (
+from ..helpers import (
     CHILD_ENV,
     CHILD_TIMEOUT_S,
     assert_checkpoints_sound,
     assert_one_error_line,
+    copy_corpus,
     file_size_limit,
     finish,
     logged_steps,
-    metric_lines,
+    metrics,
     output,
     run_cli,
     set_options,
+    snapshot,
     start_pretrain,
+    tiny_overrides,
     wait_for,
+    write_corpus,
 )
 
 QUICK = {"train.max_steps": 4, "train.eval_every": 0, "checkpoint.save_every": 2}
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    """Every file under `folder` with its bytes (links as their target)."""
-    found = {}
-    for path in sorted(folder.rglob("*")):
-        name = str(path.relative_to(folder))
-        if path.is_symlink():
-            found[name] = os.readlink(path).encode()
-        elif path.is_file():
-            found[name] = path.read_bytes()
-    return found
-
-
-@pytest.fixture
-def finished_run(tiny_config) -> Path:
-    """A run folder holding a finished 4-step run (checkpoints at steps 2 and 4, metrics)."""
-    cfg = tiny_config(**QUICK)
-    pretrain(cfg)
-    return Path(cfg.train.run_dir)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,7 +227,7 @@ def test_a_second_signal_still_saves_the_checkpoint_or_says_it_is_lost(
     code = finish(process, run_dir)
     said = output(run_dir)
     assert "Traceback" not in said, said
-    stopped_at = max(line["step"] for line in metric_lines(run_dir) if "loss" in line)
+    stopped_at = max(line["step"] for line in metrics(run_dir) if "loss" in line)
     if code == 0:  # the save was finished: the checkpoint of the last step is there
         assert f"stopped at step {stopped_at}" in said, said
         assert assert_checkpoints_sound(run_dir).name == f"step-{stopped_at}"
@@ -316,17 +299,16 @@ def test_a_full_disk_while_appending_metrics_keeps_training_and_the_file_valid(
     assert pretrain(cfg).name == "step-6"  # the run goes on and saves its checkpoints
     said = capsys.readouterr().err
     assert said.count("metrics.jsonl") == 1 and os.strerror(errno.ENOSPC) in said, said
-    assert len(metric_lines(run_dir)) >= 1  # every line is whole JSON: the torn one was cut back
+    assert len(metrics(run_dir)) >= 1  # every line is whole JSON: the torn one was cut back
 
 
 def test_a_resumed_run_repairs_a_torn_last_metrics_line(finished_run: Path, tiny_data: Path, capsys) -> None:
-    metrics = finished_run / "metrics.jsonl"
-    whole = metrics.read_text()
-    metrics.write_text(whole + '{"step": 5, "loss": 3.1')  # a kill amid a write
+    metrics_file = finished_run / "metrics.jsonl"
+    metrics_file.write_text(metrics_file.read_text() + '{"step": 5, "loss": 3.1')  # a kill amid a write
     options = set_options(tiny_data, finished_run, **{**QUICK, "train.max_steps": 6})
     code, lines = run_cli(capsys, "pretrain", *options, "--resume")
     assert code == 0, lines
-    records = metric_lines(finished_run)
+    records = metrics(finished_run)
     assert [r["step"] for r in records if "loss" in r][-2:] == [5, 6]
     assert any("metrics.jsonl" in line and "torn" in line for line in lines), lines
 

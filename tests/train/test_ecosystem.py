@@ -28,7 +28,7 @@ from mlmtrain.train.checkpoint import load_training_state, save_checkpoint
 from mlmtrain.train.loop import pretrain
 from mlmtrain.train.model_card import CARD, write_model_card
 
-from ..conftest import tiny_overrides
+from ..helpers import tiny_overrides
 
 TOKENIZER_FILES = ("vocab.txt", "special_tokens_map.json", "tokenizer_config.json", "tokenizer.json")
 TEXT = "The quick brown fox jumps over a lazy dog, Über-quartz!"
@@ -462,9 +462,8 @@ def test_a_checkpoint_holds_no_path_of_this_machine_and_a_resume_still_reads_it(
     checkpoints, nor anything push commits, holds a path of this machine; mlmtrain.yaml and the card name them.
     --resume with the run's mlmtrain.yaml, the base moved away, still finds the base in the checkpoint by name and
     notes no changed setting."""
-    from ..conftest import copy_corpus
+    from ..helpers import copy_corpus, run_cli
     from .test_init_from import continue_options, write_base
-    from .test_reliability import run_cli
 
     corpus = copy_corpus(tiny_data, tmp_path)
     base = write_base(tmp_path / "models" / "tiny-bert")

@@ -15,7 +15,7 @@ from mlmtrain.train.loop import pretrain
 from mlmtrain.train.plan import Forecast, RateMeter, duration, forecast
 from mlmtrain.train.step import TrainState
 
-from .test_train import metrics
+from ..helpers import metrics
 
 
 @pytest.mark.parametrize(

@@ -19,9 +19,8 @@ from mlmtrain.errors import UserError
 from mlmtrain.runtime.progress import Reporter
 from mlmtrain.train.loop import pretrain
 
-from ..conftest import copy_corpus, tiny_overrides
+from ..helpers import assert_one_error_line, copy_corpus, run_cli, set_options, tiny_overrides
 from .test_ecosystem import _closed_port
-from .test_reliability import assert_one_error_line, run_cli, set_options
 
 INSTALLED = [name for name in ("tensorboard", "mlflow", "wandb") if importlib.util.find_spec(name) is not None]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,19 +11,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.model.optim import learning_rate
 from mlmtrain.train.loop import pretrain
 
-
-def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
-
-
-def step_losses(run_dir: Path) -> dict[int, float]:
-    return {m["step"]: m["loss"] for m in metrics(run_dir) if "loss" in m}
-
-
-def weights(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(str(Path(folder) / "model.safetensors"))
+from ..helpers import metrics, step_losses, weights
 
 
 @pytest.mark.oldpins
