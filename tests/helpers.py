@@ -22,11 +22,16 @@ from typing import Any, Optional
 import pytest
 import torch
 
+from mlmtrain.config import ModelConfig
+
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 CHILD_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 CHILD_TIMEOUT_S = 240
 # conftest's finished run: 4 steps, evaluated and saved at steps 2 and 4 (a resume under these trains nothing)
 FINISHED = {"train.max_steps": 4, "train.eval_every": 2, "checkpoint.save_every": 2}
+
+# one layer of width 32: a model folder built in milliseconds for the tests that evaluate or probe one
+TINY_MODEL = ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=64)
 
 # ---------------------------------------------------------------------------------------------
 # Tiny corpora and configs

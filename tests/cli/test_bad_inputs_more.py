@@ -38,9 +38,10 @@ from mlmtrain.report import health
 from mlmtrain.report import page as report
 from mlmtrain.report.rundata import load_run, read_metrics
 
-from ..evaluate.test_evaluate import TINY, one_thread  # noqa: F401  (one torch thread for this module too)
-from ..helpers import WORDS, assert_one_error_line, run_cli, write_corpus
+from ..helpers import TINY_MODEL, WORDS, assert_one_error_line, run_cli, write_corpus
 from ..report.test_report import healthy_spec, read_page, verdicts_of, write_run
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 CPU = torch.device("cpu")
 HUGE = int("9" * 400)  # an integer JSON and YAML read exactly and no float holds
@@ -68,7 +69,7 @@ def model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     save_tokenizer(train_tokenizer(texts, TokenizerConfig(vocab_size=300, min_frequency=1)), folder, TokenizerConfig())
     tokenizer = load_tokenizer(folder)
     torch.manual_seed(0)
-    build_model(TINY, len(tokenizer), tokenizer.pad_token_id).save_pretrained(folder)
+    build_model(TINY_MODEL, len(tokenizer), tokenizer.pad_token_id).save_pretrained(folder)
     return folder
 
 
@@ -93,7 +94,7 @@ def mismatched_folder(model_folder: Path, tmp_path_factory: pytest.TempPathFacto
             (folder / name.name).write_bytes(name.read_bytes())
     tokenizer = load_tokenizer(folder)
     assert len(tokenizer) > 40
-    build_model(replace(TINY, max_position_embeddings=128), 40, tokenizer.pad_token_id).save_pretrained(folder)
+    build_model(replace(TINY_MODEL, max_position_embeddings=128), 40, tokenizer.pad_token_id).save_pretrained(folder)
     return folder
 
 
@@ -295,7 +296,7 @@ def test_a_live_probe_that_diverges_names_the_config_key(model_folder: Path, tas
     cfg = load_config(None, [f"probe.task={task}", *settings])
     tokenizer = load_tokenizer(model_folder)
     live = LiveProbe(cfg.probe, load_task(str(task), TaskFields()), tokenizer, CPU, seed=0)
-    mlm = build_model(TINY, len(tokenizer), tokenizer.pad_token_id)
+    mlm = build_model(TINY_MODEL, len(tokenizer), tokenizer.pad_token_id)
     with pytest.raises(ProbeDiverged, match=r"try a lower probe\.lr than 1e\+30"):
         live.run(mlm)
 
@@ -319,7 +320,7 @@ def test_the_linear_probe_shows_its_progress(
     settings = ProbeSettings(mode="linear", max_length=32, progress=True)
     tokenizer = load_tokenizer(model_folder)
     prepared = PreparedTask.build(load_task(str(task), TaskFields()), tokenizer, settings)
-    encoder = build_model(TINY, len(tokenizer), tokenizer.pad_token_id).bert
+    encoder = build_model(TINY_MODEL, len(tokenizer), tokenizer.pad_token_id).bert
     capsys.readouterr()
     linear_probe(encoder, prepared, settings, CPU)
     err = capsys.readouterr().err
