@@ -1,11 +1,13 @@
 """Shared fixtures: a tiny tokenized corpus and a finished tiny run (each built once per session), tiny configs that
-train in seconds, and one torch thread for the modules that ask for it. Shared functions live in helpers.py."""
+train in seconds, one torch thread and a ticking clock for time budgets. Shared functions live in helpers.py."""
 
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -44,8 +46,7 @@ def trained_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     from mlmtrain.train.loop import pretrain
 
     run_dir = tmp_path_factory.mktemp("trained-once") / "run"
-    with one_thread():
-        pretrain(load_config(None, tiny_overrides(tiny_data, **{**FINISHED, "train.run_dir": str(run_dir)})))
+    pretrain(load_config(None, tiny_overrides(tiny_data, **{**FINISHED, "train.run_dir": str(run_dir)})))
     return run_dir
 
 
@@ -56,12 +57,27 @@ def finished_run(trained_run: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(trained_run, tmp_path / "run", symlinks=True))
 
 
-@pytest.fixture(scope="module")
-def torch_one_thread() -> Iterator[None]:
-    """The test machines have 2 shared cores: a second torch thread mostly waits for the first, 10x slower. A module
-    asks for it with `pytestmark = pytest.mark.usefixtures("torch_one_thread")`."""
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Every test's torch on one thread: on 2 shared cores a second thread mostly waits for the first, and a tiny
+    model's step takes up to 10x longer with two (subprocesses get OMP_NUM_THREADS=1 from CHILD_ENV likewise)."""
     with one_thread():
         yield
+
+
+@pytest.fixture
+def ticking_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The training loop reads a clock that advances 20 ms at each reading instead of with the wall: a time budget
+    ends at the same step however loaded the machine is, in a fraction of the time it names."""
+    from mlmtrain.train import loop
+
+    now = [time.perf_counter()]  # from the real reading on: the loop's windows started on the real clock still agree
+
+    def perf_counter() -> float:
+        now[0] += 0.02
+        return now[0]
+
+    monkeypatch.setattr(loop, "time", SimpleNamespace(perf_counter=perf_counter))
 
 
 @pytest.fixture

@@ -41,8 +41,6 @@ from mlmtrain.report.rundata import load_run, read_metrics
 from ..helpers import TINY_MODEL, WORDS, assert_one_error_line, run_cli, write_corpus
 from ..report.test_report import healthy_spec, read_page, verdicts_of, write_run
 
-pytestmark = pytest.mark.usefixtures("torch_one_thread")
-
 CPU = torch.device("cpu")
 HUGE = int("9" * 400)  # an integer JSON and YAML read exactly and no float holds
 

