@@ -16,6 +16,19 @@ from mlmtrain.config import Config, load_config
 from .helpers import FINISHED, one_thread, tiny_overrides, write_corpus
 
 
+def tiny_files(root: Path) -> dict[str, tuple[int, int]]:
+    """The tiny corpus, tokenizer and store under `root`, each file with its size and modification time."""
+    found = {}
+    paths = [root / "train.txt", root / "valid.txt", *(root / "tokenizer").rglob("*"), *(root / "tokens").rglob("*")]
+    for path in paths:
+        if path.is_file():
+            found[str(path.relative_to(root))] = (path.stat().st_size, path.stat().st_mtime_ns)
+    return found
+
+
+TINY_AS_BUILT: dict[Path, dict[str, tuple[int, int]]] = {}
+
+
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with train.txt / valid.txt, its tokenizer and token store (tokenized once per session)."""
@@ -25,7 +38,21 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_corpus(root / "train.txt", 400, seed=1)
     write_corpus(root / "valid.txt", 60, seed=2)
     tokenize_corpus(load_config(None, tiny_overrides(root, **{"train.run_dir": str(root / "run")})), quiet=True)
+    TINY_AS_BUILT[root] = tiny_files(root)
     return root
+
+
+@pytest.fixture(autouse=True)
+def tiny_data_kept(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test reads the session's tiny data and never rewrites it: trained_run and every later test train on it."""
+    yield
+    if "tiny_data" in request.fixturenames:
+        root = request.getfixturevalue("tiny_data")
+        before, TINY_AS_BUILT[root] = TINY_AS_BUILT[root], tiny_files(root)  # only the test that rewrote it fails
+        assert TINY_AS_BUILT[root] == before, (
+            "this test rewrote the session's tiny tokenizer, store or corpus: give it its own tokenizer.path and "
+            "data.store (or copy_corpus)"
+        )
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import random
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,6 +30,8 @@ CHILD_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKE
 CHILD_TIMEOUT_S = 240
 # conftest's finished run: 4 steps, evaluated and saved at steps 2 and 4 (a resume under these trains nothing)
 FINISHED = {"train.max_steps": 4, "train.eval_every": 2, "checkpoint.save_every": 2}
+# the same 4 steps and checkpoints with no evaluation: a run to resume, refuse or overwrite
+QUICK = {**FINISHED, "train.eval_every": 0}
 
 # one layer of width 32: a model folder built in milliseconds for the tests that evaluate or probe one
 TINY_MODEL = ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=64)
@@ -122,6 +125,13 @@ def one_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def free_port() -> int:
+    """A local port nothing listens on (what a server that is down looks like)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 # ---------------------------------------------------------------------------------------------

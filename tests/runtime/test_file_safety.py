@@ -20,8 +20,7 @@ import pytest
 from mlmtrain.config import load_config
 from mlmtrain.train import checkpoint as ckpt
 
-from ..helpers import assert_one_error_line, run_cli, set_options, snapshot
-from .test_safety import QUICK
+from ..helpers import QUICK, assert_one_error_line, run_cli, set_options, snapshot
 
 RESUMED = {**QUICK, "train.max_steps": 6, "checkpoint.keep_last": 1}  # resumed from step-4: prunes step-2 and step-4
 

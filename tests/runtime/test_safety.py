@@ -28,6 +28,7 @@ from mlmtrain.train.loop import pretrain
 from ..helpers import (
     CHILD_ENV,
     CHILD_TIMEOUT_S,
+    QUICK,
     assert_checkpoints_sound,
     assert_one_error_line,
     copy_corpus,
@@ -44,9 +45,6 @@ from ..helpers import (
     wait_for,
     write_corpus,
 )
-
-QUICK = {"train.max_steps": 4, "train.eval_every": 0, "checkpoint.save_every": 2}
-
 
 # ---------------------------------------------------------------------------------------------
 # 1. data.store / tokenizer.path that name the user's folders
@@ -676,7 +674,7 @@ def test_too_little_text_for_a_live_worker_is_one_line(
     small = tmp_path / "small.txt"
     small.write_text("small doc one\nsmall doc two\nthird\n")
     live = {"data.use_store": False, "data.num_workers": workers, "data.train": str(small)}
-    live["data.validation"] = str(small)
+    live.update({"data.validation": str(small), "tokenizer.path": str(tmp_path / "tok")})  # not the shared one
     code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, tmp_path / "run", **QUICK, **live))
     assert code == 2
     assert_one_error_line(lines, "mlmtrain: data: data shard 0 of 1 holds fewer tokens", "add text")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.runtime.distributed import DistContext, init_distributed, on_main
 from mlmtrain.train.loop import pretrain
 
-from ..helpers import finish_torchrun, metrics, step_losses, tiny_overrides, torchrun, weights
+from ..helpers import finish_torchrun, free_port, metrics, step_losses, tiny_overrides, torchrun, weights
 
 # Dropout draws differ per rank, so only a dropout-free model can match a single process step for step.
 # runs compared across process counts and micro-batch splits: no dropout (its masks follow the tensor shapes) and
@@ -172,12 +171,6 @@ def test_a_killed_rank_fails_the_job_and_the_last_checkpoint_stays_loadable(tiny
     step = int(latest.resolve().name.removeprefix("step-"))
     resumed = pretrain(config(tiny_data, run_dir, **{**settings, "train.max_steps": step + 2}), resume="auto")
     assert resumed.name == f"step-{step + 2}"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.slow

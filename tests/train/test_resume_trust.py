@@ -21,10 +21,8 @@ from mlmtrain.errors import UserError
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train.loop import pretrain
 
-from ..helpers import assert_one_error_line, run_cli, set_options
+from ..helpers import QUICK, assert_one_error_line, run_cli, set_options
 from .test_electra_train import electra_config
-
-QUICK = {"train.max_steps": 4, "train.eval_every": 0, "checkpoint.save_every": 2}
 
 
 class RunsCode:
