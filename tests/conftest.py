@@ -29,16 +29,23 @@ def tiny_files(root: Path) -> dict[str, tuple[int, int]]:
 TINY_AS_BUILT: dict[Path, dict[str, tuple[int, int]]] = {}
 
 
-@pytest.fixture(scope="session")
-def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder with train.txt / valid.txt, its tokenizer and token store (tokenized once per session)."""
+def build_tiny_data(root: Path) -> None:
+    """train.txt / valid.txt, their tokenizer and token store in `root`, built afresh."""
     from mlmtrain.data.store import tokenize_corpus
 
-    root = tmp_path_factory.mktemp("tiny-data")
+    for folder in ("tokenizer", "tokens"):
+        shutil.rmtree(root / folder, ignore_errors=True)
     write_corpus(root / "train.txt", 400, seed=1)
     write_corpus(root / "valid.txt", 60, seed=2)
     tokenize_corpus(load_config(None, tiny_overrides(root, **{"train.run_dir": str(root / "run")})), quiet=True)
     TINY_AS_BUILT[root] = tiny_files(root)
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with train.txt / valid.txt, its tokenizer and token store (tokenized once per session)."""
+    root = tmp_path_factory.mktemp("tiny-data")
+    build_tiny_data(root)
     return root
 
 
@@ -48,11 +55,12 @@ def tiny_data_kept(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if "tiny_data" in request.fixturenames:
         root = request.getfixturevalue("tiny_data")
-        before, TINY_AS_BUILT[root] = TINY_AS_BUILT[root], tiny_files(root)  # only the test that rewrote it fails
-        assert TINY_AS_BUILT[root] == before, (
-            "this test rewrote the session's tiny tokenizer, store or corpus: give it its own tokenizer.path and "
-            "data.store (or copy_corpus)"
-        )
+        if tiny_files(root) != TINY_AS_BUILT[root]:
+            build_tiny_data(root)  # as it was, for the tests after this one
+            pytest.fail(
+                "this test rewrote the session's tiny tokenizer, store or corpus: give it its own tokenizer.path and "
+                "data.store (or copy_corpus)"
+            )
 
 
 @pytest.fixture

@@ -90,13 +90,11 @@ def test_a_store_folder_mlmtrain_wrote_is_still_rebuilt(tiny_data: Path, tmp_pat
 def test_a_retrained_tokenizer_never_replaces_a_folder_with_other_files(
     tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    options = set_options(tiny_data, tmp_path / "run", **{"tokenizer.path": str(tmp_path / "tok")})
-    assert run_cli(capsys, "tokenize", *options)[0] == 0
+    own = {"tokenizer.path": str(tmp_path / "tok"), "data.store": str(tmp_path / "tokens")}
+    assert run_cli(capsys, "tokenize", *set_options(tiny_data, tmp_path / "run", **own))[0] == 0
     (tmp_path / "tok" / "my-model.safetensors").write_bytes(b"weights of mine")
     before = snapshot(tmp_path / "tok")
-    changed = set_options(
-        tiny_data, tmp_path / "run", **{"tokenizer.path": str(tmp_path / "tok"), "tokenizer.vocab_size": 150}
-    )
+    changed = set_options(tiny_data, tmp_path / "run", **own, **{"tokenizer.vocab_size": 150})
     code, lines = run_cli(capsys, "tokenize", *changed)
     assert code == 2
     assert_one_error_line(lines, "tokenizer.path", "my-model.safetensors")
