@@ -1,106 +1,66 @@
-"""Shared fixtures: a tiny tokenized corpus (built once per session) and tiny configs that train in seconds."""
+"""Shared fixtures: a tiny tokenized corpus and a finished tiny run (each built once per session), tiny configs that
+train in seconds, one torch thread and a ticking clock for time budgets. Shared functions live in helpers.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
+from types import SimpleNamespace
 
 import pytest
 
 from mlmtrain.config import Config, load_config
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+from .helpers import FINISHED, one_thread, tiny_overrides, write_corpus
 
 
-@contextmanager
-def script_module(filename: str, module_name: str) -> Iterator[ModuleType]:
-    """scripts/FILENAME as a module named `module_name` (scripts are not a package), registered in sys.modules while
-    in use (dataclasses look their module up there) and removed after."""
-    spec = importlib.util.spec_from_file_location(module_name, SCRIPTS / filename)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        del sys.modules[module_name]
+def tiny_files(root: Path) -> dict[str, tuple[int, int]]:
+    """The tiny corpus, tokenizer and store under `root`, each file with its size and modification time."""
+    found = {}
+    paths = [root / "train.txt", root / "valid.txt", *(root / "tokenizer").rglob("*"), *(root / "tokens").rglob("*")]
+    for path in paths:
+        if path.is_file():
+            found[str(path.relative_to(root))] = (path.stat().st_size, path.stat().st_mtime_ns)
+    return found
 
 
-WORDS = (
-    "the quick brown fox jumps over a lazy dog while seven wizards quietly hex bold jackdaws near "
-    "my big sphinx of quartz and five boxing wizards judge every jumping vexed zebra"
-).split()
+TINY_AS_BUILT: dict[Path, dict[str, tuple[int, int]]] = {}
 
 
-def write_corpus(path: Path, documents: int, seed: int = 0) -> Path:
-    """A deterministic English-like corpus: `documents` lines of varying length."""
-    import random
+def build_tiny_data(root: Path) -> None:
+    """train.txt / valid.txt, their tokenizer and token store in `root`, built afresh."""
+    from mlmtrain.data.store import tokenize_corpus
 
-    rng = random.Random(seed)
-    lines = []
-    for _ in range(documents):
-        length = rng.randint(5, 60)
-        lines.append(" ".join(rng.choice(WORDS) for _ in range(length)).capitalize() + ".")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
-
-def tiny_overrides(root: Path, **extra: object) -> list[str]:
-    """--set options for a model that trains a step in milliseconds."""
-    values = {
-        "data.train": str(root / "train.txt"),
-        "data.validation": str(root / "valid.txt"),
-        "data.seq_len": 32,
-        "data.num_workers": 0,
-        "tokenizer.vocab_size": 200,
-        "tokenizer.path": str(root / "tokenizer"),
-        "data.store": str(root / "tokens"),
-        "model.hidden_size": 32,
-        "model.num_layers": 2,
-        "model.num_heads": 2,
-        "model.intermediate_size": 64,
-        "model.max_position_embeddings": 64,
-        "optim.warmup_steps": 2,
-        "train.batch_size": 8,
-        "train.max_steps": 10,
-        "train.log_every": 1,
-        "train.eval_every": 5,
-        "train.eval_max_blocks": 8,
-        "train.progress": False,
-        "checkpoint.save_every": 5,
-        "checkpoint.keep_last": 0,
-        "report.html": False,  # the page costs a second or two per checkpoint; its own tests turn it on
-    }
-    values.update(extra)
-    return [f"{k}={'null' if v is None else v}" for k, v in values.items()]
-
-
-def copy_corpus(tiny_data: Path, tmp_path: Path) -> Path:
-    """The tiny corpus (train.txt, valid.txt) in a folder of its own, with no tokenizer or store built yet."""
-    import shutil
-
-    root = tmp_path / "data"
-    root.mkdir()
-    for name in ("train.txt", "valid.txt"):
-        shutil.copy(tiny_data / name, root / name)
-    return root
+    for folder in ("tokenizer", "tokens"):
+        shutil.rmtree(root / folder, ignore_errors=True)
+    write_corpus(root / "train.txt", 400, seed=1)
+    write_corpus(root / "valid.txt", 60, seed=2)
+    tokenize_corpus(load_config(None, tiny_overrides(root, **{"train.run_dir": str(root / "run")})), quiet=True)
+    TINY_AS_BUILT[root] = tiny_files(root)
 
 
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with train.txt / valid.txt, its tokenizer and token store (tokenized once per session)."""
-    from mlmtrain.data.store import tokenize_corpus
-
     root = tmp_path_factory.mktemp("tiny-data")
-    write_corpus(root / "train.txt", 400, seed=1)
-    write_corpus(root / "valid.txt", 60, seed=2)
-    tokenize_corpus(load_config(None, tiny_overrides(root, **{"train.run_dir": str(root / "run")})), quiet=True)
+    build_tiny_data(root)
     return root
+
+
+@pytest.fixture(autouse=True)
+def tiny_data_kept(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test reads the session's tiny data and never rewrites it: trained_run and every later test train on it."""
+    yield
+    if "tiny_data" in request.fixturenames:
+        root = request.getfixturevalue("tiny_data")
+        if tiny_files(root) != TINY_AS_BUILT[root]:
+            build_tiny_data(root)  # as it was, for the tests after this one
+            pytest.fail(
+                "this test rewrote the session's tiny tokenizer, store or corpus: give it its own tokenizer.path and "
+                "data.store (or copy_corpus)"
+            )
 
 
 @pytest.fixture
@@ -112,6 +72,47 @@ def tiny_config(tiny_data: Path, tmp_path: Path):
         return load_config(None, tiny_overrides(tiny_data, **extra))
 
     return make
+
+
+@pytest.fixture(scope="session")
+def trained_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run folder of a finished FINISHED run on the tiny store, trained once per session: read it, never change
+    it (a test that changes a run takes `finished_run`, its own copy)."""
+    from mlmtrain.train.loop import pretrain
+
+    run_dir = tmp_path_factory.mktemp("trained-once") / "run"
+    pretrain(load_config(None, tiny_overrides(tiny_data, **{**FINISHED, "train.run_dir": str(run_dir)})))
+    return run_dir
+
+
+@pytest.fixture
+def finished_run(trained_run: Path, tmp_path: Path) -> Path:
+    """A copy of that run of the test's own, where tiny_config trains (links as links, the times its checkpoints
+    recorded kept)."""
+    return Path(shutil.copytree(trained_run, tmp_path / "run", symlinks=True))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Every test's torch on one thread: on 2 shared cores a second thread mostly waits for the first, and a tiny
+    model's step takes up to 10x longer with two (subprocesses get OMP_NUM_THREADS=1 from CHILD_ENV likewise)."""
+    with one_thread():
+        yield
+
+
+@pytest.fixture
+def ticking_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The training loop reads a clock that advances 20 ms at each reading instead of with the wall: a time budget
+    ends at the same step however loaded the machine is, in a fraction of the time it names."""
+    from mlmtrain.train import loop
+
+    now = [time.perf_counter()]  # from the real reading on: the loop's windows started on the real clock still agree
+
+    def perf_counter() -> float:
+        now[0] += 0.02
+        return now[0]
+
+    monkeypatch.setattr(loop, "time", SimpleNamespace(perf_counter=perf_counter))
 
 
 @pytest.fixture

@@ -18,8 +18,7 @@ import pytest
 from mlmtrain.data.store import TokenStore
 from mlmtrain.errors import UserError
 
-from ..conftest import WORDS, write_corpus
-from ..train.test_reliability import CHILD_ENV, CHILD_TIMEOUT_S, assert_one_error_line, run_cli, set_options
+from ..helpers import CHILD_ENV, CHILD_TIMEOUT_S, WORDS, assert_one_error_line, run_cli, set_options, write_corpus
 
 QUICK_RUN = {"train.max_steps": 2, "train.eval_every": 0, "checkpoint.save_every": 0}
 
@@ -224,7 +223,7 @@ def model_dir(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     from mlmtrain.config import load_config
     from mlmtrain.train.loop import pretrain
 
-    from ..conftest import tiny_overrides
+    from ..helpers import tiny_overrides
 
     run_dir = tmp_path_factory.mktemp("model") / "run"
     return pretrain(load_config(None, tiny_overrides(tiny_data, **QUICK_RUN, **{"train.run_dir": str(run_dir)})))

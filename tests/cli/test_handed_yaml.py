@@ -14,13 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from mlmtrain.config import load_config
 from mlmtrain.errors import UserError
 from mlmtrain.readers import MAX_VALUES, load_yaml_text
-from mlmtrain.train.loop import pretrain
 
-from ..conftest import tiny_overrides
-from ..train.test_reliability import CHILD_ENV, assert_one_error_line, run_cli, set_options
+from ..helpers import CHILD_ENV, assert_one_error_line, run_cli, set_options
 
 
 def alias_bomb(levels: int = 9, width: int = 9) -> str:
@@ -39,14 +36,6 @@ def bomb_config(path: Path, saved: str = "optim:\n  lr: 0.001\n") -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def finished(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("handed") / "run"
-    values = {"train.run_dir": str(run_dir), "train.max_steps": 2, "train.eval_every": 0, "checkpoint.save_every": 0}
-    pretrain(load_config(None, tiny_overrides(tiny_data, **values)))
-    return run_dir
-
-
 def _mlmtrain(*args: str, cwd: Path) -> list[str]:
     """`python -m mlmtrain ARGS` under a minute: it fails with exit 2; its stderr lines."""
     done = subprocess.run(
@@ -59,11 +48,11 @@ def _mlmtrain(*args: str, cwd: Path) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["config show", "pretrain", "tokenize", "eval-perplexity", "mask-demo"])
 def test_an_alias_bomb_in_a_config_is_one_line_naming_the_file(
-    command: str, finished: Path, tiny_data: Path, tmp_path: Path
+    command: str, trained_run: Path, tiny_data: Path, tmp_path: Path
 ) -> None:
     bomb = bomb_config(tmp_path / "bomb.yaml")
     extra = {
-        "eval-perplexity": ["--model", str(finished / "checkpoints" / "latest")],
+        "eval-perplexity": ["--model", str(trained_run / "checkpoints" / "latest")],
         "mask-demo": ["the quick brown fox"],
     }.get(command, [])
     lines = _mlmtrain(*command.split(), *extra, "--config", str(bomb), cwd=tmp_path)
@@ -71,22 +60,21 @@ def test_an_alias_bomb_in_a_config_is_one_line_naming_the_file(
 
 
 @pytest.mark.slow
-def test_a_run_whose_mlmtrain_yaml_is_an_alias_bomb_is_one_line_in_report(finished: Path, tmp_path: Path) -> None:
-    other = shutil.copytree(finished, tmp_path / "other", symlinks=True)
-    saved = bomb_config(other / "mlmtrain.yaml", (finished / "mlmtrain.yaml").read_text())
-    lines = _mlmtrain("report", str(finished), str(other), "--out", str(tmp_path / "both.html"), cwd=tmp_path)
+def test_a_run_whose_mlmtrain_yaml_is_an_alias_bomb_is_one_line_in_report(trained_run: Path, tmp_path: Path) -> None:
+    other = shutil.copytree(trained_run, tmp_path / "other", symlinks=True)
+    saved = bomb_config(other / "mlmtrain.yaml", (trained_run / "mlmtrain.yaml").read_text())
+    lines = _mlmtrain("report", str(trained_run), str(other), "--out", str(tmp_path / "both.html"), cwd=tmp_path)
     assert_one_error_line(lines, str(saved), "aliases")
     assert not (tmp_path / "both.html").exists()
 
 
 @pytest.mark.slow
 def test_a_checkpoint_whose_mlmtrain_yaml_is_an_alias_bomb_is_one_line_on_resume(
-    finished: Path, tiny_data: Path, tmp_path: Path
+    finished_run: Path, tiny_data: Path, tmp_path: Path
 ) -> None:
-    run_dir = shutil.copytree(finished, tmp_path / "run", symlinks=True)
-    checkpoint = (run_dir / "checkpoints" / "latest").resolve()
+    checkpoint = (finished_run / "checkpoints" / "latest").resolve()
     saved = bomb_config(checkpoint / "mlmtrain.yaml", (checkpoint / "mlmtrain.yaml").read_text())
-    options = set_options(tiny_data, run_dir, **{"train.max_steps": 4, "train.eval_every": 0})
+    options = set_options(tiny_data, finished_run, **{"train.max_steps": 6, "train.eval_every": 0})
     lines = _mlmtrain("pretrain", "--resume", str(checkpoint), *options, cwd=tmp_path)
     assert_one_error_line(lines, str(saved), "aliases")
 

@@ -16,7 +16,7 @@ from mlmtrain.data.tokenizer import load_tokenizer
 from mlmtrain.errors import UserError
 from mlmtrain.train.loop import pretrain
 
-from ..conftest import tiny_overrides, write_corpus
+from ..helpers import tiny_overrides, write_corpus
 
 ROLES = {"cls_token": "<s>", "sep_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>", "mask_token": "<mask>"}
 

@@ -14,7 +14,7 @@ from mlmtrain.data.store import COMPLETE, TokenStore, ids_dtype, tokenize_corpus
 from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
 from mlmtrain.errors import UserError
 
-from ..conftest import copy_corpus, tiny_overrides, write_corpus
+from ..helpers import copy_corpus, tiny_overrides, write_corpus
 
 
 def test_store_holds_every_document_with_sep(tiny_data: Path) -> None:

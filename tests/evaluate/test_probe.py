@@ -35,9 +35,7 @@ from mlmtrain.evaluate.tasks import TaskFields, load_task
 from mlmtrain.model.bert import build_model
 from mlmtrain.train.loop import pretrain
 
-from ..conftest import tiny_overrides
-from ..train.test_reliability import CHILD_ENV, assert_one_error_line, run_cli
-from .test_evaluate import TINY, one_thread  # noqa: F401  (one torch thread for this module too)
+from ..helpers import CHILD_ENV, TINY_MODEL, assert_one_error_line, run_cli, tiny_overrides
 
 CPU = torch.device("cpu")
 TOPICS = {
@@ -115,9 +113,9 @@ def untrained_folder(topics: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     save_tokenizer(train_tokenizer(texts, TokenizerConfig(vocab_size=300, min_frequency=1)), folder, TokenizerConfig())
     tokenizer = load_tokenizer(folder)
     torch.manual_seed(0)
-    build_model(replace(TINY, max_position_embeddings=128), len(tokenizer), tokenizer.pad_token_id).save_pretrained(
-        folder
-    )
+    build_model(
+        replace(TINY_MODEL, max_position_embeddings=128), len(tokenizer), tokenizer.pad_token_id
+    ).save_pretrained(folder)
     return folder
 
 

@@ -280,7 +280,7 @@ def test_mlm_objective_is_the_mean_over_selected_tokens() -> None:
     ],
 )
 def test_config_refusals_are_one_line_exit_2(options: list[str], capsys: pytest.CaptureFixture) -> None:
-    from ..train.test_reliability import assert_one_error_line, run_cli
+    from ..helpers import assert_one_error_line, run_cli
 
     code, lines = run_cli(capsys, "config", "show", *options)
     assert code == 2

@@ -20,8 +20,7 @@ from mlmtrain.model.pairs import PairPretraining, build_pretraining
 from mlmtrain.train.loop import pretrain
 from mlmtrain.train.objectives import objective_of
 
-from ..conftest import WORDS, tiny_overrides
-from ..train.test_train import metrics, step_losses, weights
+from ..helpers import WORDS, metrics, step_losses, tiny_overrides, weights
 
 PAIRS = {"train.objective": "mlm+nsp", "train.max_steps": 6, "train.eval_every": 3, "checkpoint.save_every": 3}
 

@@ -447,7 +447,7 @@ def test_nonfinite_values_and_no_evaluation(tmp_path: Path) -> None:
 def test_a_nonfinite_skipped_count_fails_the_check_without_a_traceback(
     tmp_path: Path, capsys: Any, value: str | None, counted_before: bool
 ) -> None:
-    from ..train.test_reliability import run_cli
+    from ..helpers import run_cli
 
     spec = healthy_spec()
     if counted_before:
@@ -502,7 +502,7 @@ def test_a_page_replaces_only_its_own_files(tmp_path: Path, capsys: Any) -> None
 def test_an_out_or_png_that_cannot_be_written_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any, option: str, target: str, needles: list[str]
 ) -> None:
-    from ..train.test_reliability import assert_one_error_line, run_cli
+    from ..helpers import assert_one_error_line, run_cli
 
     folder = write_run(tmp_path / "run", healthy_spec())
     (tmp_path / "afile").write_text("mine\n")

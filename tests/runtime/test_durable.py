@@ -13,7 +13,7 @@ from mlmtrain.config import load_config
 from mlmtrain.data.store import tokenize_corpus
 from mlmtrain.train.loop import pretrain
 
-from ..conftest import tiny_overrides, write_corpus
+from ..helpers import tiny_overrides, write_corpus
 
 
 @pytest.fixture

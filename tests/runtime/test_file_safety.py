@@ -19,27 +19,10 @@ import pytest
 
 from mlmtrain.config import load_config
 from mlmtrain.train import checkpoint as ckpt
-from mlmtrain.train.loop import pretrain
 
-from ..conftest import tiny_overrides
-from ..train.test_reliability import assert_one_error_line, run_cli, set_options
-from .test_safety import QUICK, snapshot
+from ..helpers import QUICK, assert_one_error_line, run_cli, set_options, snapshot
 
 RESUMED = {**QUICK, "train.max_steps": 6, "checkpoint.keep_last": 1}  # resumed from step-4: prunes step-2 and step-4
-
-
-@pytest.fixture(scope="module")
-def trained_once(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished 4-step run (checkpoints at steps 2 and 4, metrics), trained once for this module's tests."""
-    run_dir = tmp_path_factory.mktemp("trained-once") / "run"
-    pretrain(load_config(None, tiny_overrides(tiny_data, **{**QUICK, "train.run_dir": str(run_dir)})))
-    return run_dir
-
-
-@pytest.fixture
-def finished_run(trained_once: Path, tmp_path: Path) -> Path:
-    """A copy of that run of the test's own (copied with the times its checkpoints recorded, links as links)."""
-    return Path(shutil.copytree(trained_once, tmp_path / "run", symlinks=True))
 
 
 def dead_pid() -> int:

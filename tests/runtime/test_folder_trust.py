@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import copy_corpus
+from ..helpers import assert_one_error_line, copy_corpus, run_cli, set_options
 from ..train.test_init_from import continue_options, write_base
-from ..train.test_reliability import assert_one_error_line, run_cli, set_options
 
 ROOT = Path(__file__).resolve().parents[2]
 

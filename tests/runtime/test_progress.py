@@ -15,7 +15,7 @@ from mlmtrain.evaluate.perplexity import evaluate_texts
 from mlmtrain.model.bert import build_model
 from mlmtrain.runtime.progress import progress_bar
 
-from ..conftest import copy_corpus, tiny_overrides
+from ..helpers import copy_corpus, tiny_overrides
 
 pytestmark = pytest.mark.oldpins  # tqdm's oldest declared version too
 

@@ -10,7 +10,7 @@ import pytest
 from bench.args import check_args, parse_args
 from bench.setup import BenchmarkError
 
-from ..conftest import write_corpus
+from ..helpers import write_corpus
 from ..train.test_init_from import _domain_corpus, write_base
 from .test_benchmark_script import SCRIPT, _report, _run, _tiny_task
 

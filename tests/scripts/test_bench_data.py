@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import script_module
+from ..helpers import script_module
 
 
 @pytest.fixture(scope="module")

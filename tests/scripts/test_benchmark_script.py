@@ -243,7 +243,7 @@ def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
 def test_mean_interval_over_seeds_uses_students_t() -> None:
     summary = mean_interval([0.5, 0.6, 0.7])
     assert summary["mean"] == pytest.approx(0.6)
-    half = 4.302653 * 0.1 / 3**0.5  # t(0.975, 2 df) x sd / sqrt(n)
+    half = 0.95 / (2 * 0.975 * 0.025) ** 0.5 * 0.1 / 3**0.5  # t(0.975, 2 df), exact at 2 df, x sd / sqrt(n)
     assert summary["ci95"] == pytest.approx([0.6 - half, 0.6 + half])
     assert summary["half_width"] == pytest.approx(half)
     assert mean_interval([0.5])["ci95"] is None

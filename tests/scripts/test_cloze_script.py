@@ -14,7 +14,7 @@ from mlmtrain.data.sources import open_corpus
 from mlmtrain.data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from mlmtrain.model.bert import build_model
 
-from ..conftest import script_module
+from ..helpers import script_module
 
 REPO = Path(__file__).resolve().parents[2]
 

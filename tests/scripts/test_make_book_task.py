@@ -10,7 +10,7 @@ import pytest
 
 from mlmtrain.evaluate.tasks import TaskFields, load_task
 
-from ..conftest import script_module
+from ..helpers import script_module
 
 BOOKS = {"Alpha": 30, "Beta": 28, "Gamma": 6}  # paragraphs per book of split test; Gamma is too short for the sizes
 FILLER = " ".join(["and", "then", "the", "story", "went", "on"] * 4)

@@ -11,7 +11,7 @@ import pytest
 
 from mlmtrain.evaluate.tasks import TaskFields, load_task
 
-from ..conftest import script_module
+from ..helpers import script_module
 
 SIZES = {"train": 41, "valid": 12, "test": 10}
 

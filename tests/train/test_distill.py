@@ -14,9 +14,8 @@ from mlmtrain.config import load_config
 from mlmtrain.train.init_from import resolve_init_from
 from mlmtrain.train.loop import pretrain
 
+from ..helpers import assert_one_error_line, metrics, run_cli, step_losses, weights
 from .test_init_from import POSITIONS, base_tokenizer, continue_options, write_base
-from .test_reliability import assert_one_error_line, run_cli
-from .test_train import metrics, step_losses, weights
 
 TEACHER = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
 

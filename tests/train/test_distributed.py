@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import pytest
 import torch
@@ -22,7 +20,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.runtime.distributed import DistContext, init_distributed, on_main
 from mlmtrain.train.loop import pretrain
 
-from ..conftest import tiny_overrides
+from ..helpers import finish_torchrun, free_port, metrics, step_losses, tiny_overrides, torchrun, weights
 
 # Dropout draws differ per rank, so only a dropout-free model can match a single process step for step.
 # runs compared across process counts and micro-batch splits: no dropout (its masks follow the tensor shapes) and
@@ -30,54 +28,24 @@ from ..conftest import tiny_overrides
 EXACT = {"model.hidden_dropout": 0.0, "model.attention_dropout": 0.0, "train.precision": "fp32"}
 
 
-def torchrun(
-    data: Path, run_dir: Path, *flags: str, log_dir: Optional[Path] = None, **overrides: object
-) -> subprocess.Popen:
-    """Start `torchrun --standalone --nproc_per_node=2 -m mlmtrain pretrain` on the tiny store (output piped)."""
-    overrides["train.run_dir"] = run_dir
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]  # = torchrun
-    if log_dir is not None:
-        command += ["--log-dir", str(log_dir), "--tee", "3"]  # each rank's output also lands in its own file
-    command += ["-m", "mlmtrain", "pretrain", *flags]
-    for option in tiny_overrides(data, **overrides):
-        command += ["--set", option]
-    # One thread per process: two ranks share two cores. A collective timeout in seconds, not half an hour,
-    # so a rank left waiting fails this test instead of hanging it.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MLMTRAIN_DIST_TIMEOUT": "60"}
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def finish(job: subprocess.Popen, expect_ok: bool = True) -> str:
-    output, _ = job.communicate(timeout=180)
-    assert (job.returncode == 0) == expect_ok, output[-4000:]
-    return output
-
-
 def config(data: Path, run_dir: Path, **overrides: object):
     return load_config(None, tiny_overrides(data, **{"train.run_dir": run_dir, **overrides}))
 
 
 def train_lines(run_dir: Path) -> list[dict]:
-    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [m for m in lines if "loss" in m]
+    return [m for m in metrics(run_dir) if "loss" in m]
 
 
 def losses(run_dir: Path, first: int = 1) -> list[float]:
-    by_step = {m["step"]: m["loss"] for m in train_lines(run_dir)}  # the last line of a step wins
+    by_step = step_losses(run_dir)
     return [by_step[step] for step in sorted(by_step) if step >= first]
-
-
-def weights(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(str(folder / "model.safetensors"))
 
 
 @pytest.fixture(scope="module")
 def two_process_run(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """10 dropout-free steps on 2 ranks with micro-batch 2 and accumulation 2 (global batch 8); checkpoints at 5, 10."""
     run_dir = tmp_path_factory.mktemp("ddp") / "two"
-    output = finish(torchrun(tiny_data, run_dir, **EXACT, **{"train.micro_batch_size": 2}))
+    output = finish_torchrun(torchrun(tiny_data, run_dir, **EXACT, **{"train.micro_batch_size": 2}))
     return run_dir, output
 
 
@@ -105,7 +73,7 @@ def test_a_refusal_on_rank_0_stops_every_rank(two_process_run, tiny_data: Path, 
     two, _ = two_process_run
     started = time.monotonic()
     # rank 0 alone guards the run folder; without --resume it refuses, and rank 1 must not wait for it in vain
-    output = finish(torchrun(tiny_data, two, log_dir=tmp_path / "logs", **EXACT), expect_ok=False)
+    output = finish_torchrun(torchrun(tiny_data, two, log_dir=tmp_path / "logs", **EXACT), expect_ok=False)
     assert time.monotonic() - started < 60, output[-4000:]
     for rank in ("0", "1"):
         (log,) = [p for p in (tmp_path / "logs").rglob("stderr.log") if p.parent.name == rank]
@@ -116,10 +84,10 @@ def test_a_refusal_on_rank_0_stops_every_rank(two_process_run, tiny_data: Path, 
 def test_paused_and_resumed_two_process_run_equals_an_uninterrupted_one(tiny_data: Path, tmp_path) -> None:
     # dropout on: each rank must get its own RNG state back, or the resumed losses drift
     whole, paused = tmp_path / "whole", tmp_path / "paused"
-    finish(torchrun(tiny_data, whole))
-    assert "stopped at step 5" in finish(torchrun(tiny_data, paused, **{"train.pause_after": 5}))
+    finish_torchrun(torchrun(tiny_data, whole))
+    assert "stopped at step 5" in finish_torchrun(torchrun(tiny_data, paused, **{"train.pause_after": 5}))
     assert max(m["step"] for m in train_lines(paused)) == 5
-    finish(torchrun(tiny_data, paused, "--resume", **{"train.pause_after": 5}))
+    finish_torchrun(torchrun(tiny_data, paused, "--resume", **{"train.pause_after": 5}))
     assert losses(paused) == pytest.approx(losses(whole), rel=1e-6)
     a, b = weights(whole / "checkpoints" / "step-10"), weights(paused / "checkpoints" / "step-10")
     assert all(torch.allclose(a[name], b[name], atol=1e-6) for name in a)
@@ -195,7 +163,7 @@ def test_a_killed_rank_fails_the_job_and_the_last_checkpoint_stays_loadable(tiny
     assert job.poll() is None, job.communicate()[0][-4000:]
     os.kill(worker_pids(job.pid)[1], signal.SIGKILL)
     started = time.monotonic()
-    output = finish(job, expect_ok=False)
+    output = finish_torchrun(job, expect_ok=False)
     assert time.monotonic() - started < 60  # rank 0 is not left waiting for the dead rank
     assert "SIGKILL" in output and "rank      : 1" in output  # torchrun's summary names the rank that died
 
@@ -203,12 +171,6 @@ def test_a_killed_rank_fails_the_job_and_the_last_checkpoint_stays_loadable(tiny
     step = int(latest.resolve().name.removeprefix("step-"))
     resumed = pretrain(config(tiny_data, run_dir, **{**settings, "train.max_steps": step + 2}), resume="auto")
     assert resumed.name == f"step-{step + 2}"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.slow

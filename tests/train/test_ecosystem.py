@@ -8,7 +8,6 @@ import http.server
 import json
 import os
 import shutil
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from mlmtrain.train.checkpoint import load_training_state, save_checkpoint
 from mlmtrain.train.loop import pretrain
 from mlmtrain.train.model_card import CARD, write_model_card
 
-from ..conftest import tiny_overrides
+from ..helpers import free_port, tiny_overrides
 
 TOKENIZER_FILES = ("vocab.txt", "special_tokens_map.json", "tokenizer_config.json", "tokenizer.json")
 TEXT = "The quick brown fox jumps over a lazy dog, Über-quartz!"
@@ -343,12 +342,6 @@ def fake_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture
 def denying_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """HF_ENDPOINT on 127.0.0.1 that answers every request 401; yields the requests it saw."""
@@ -391,7 +384,7 @@ def test_push_offline_or_without_a_token_is_one_line(run: Path, capsys, monkeypa
     code, out, err = _push(capsys, latest, "--repo", "someone/tiny")
     assert (code, err.count("\n")) == (2, 1) and "HF_HUB_OFFLINE is set" in err
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
     code, out, err = _push(capsys, latest, "--repo", "someone/tiny")
     assert (code, err.count("\n")) == (2, 1) and "unreachable" in err and "refused" in err.lower()
 
@@ -462,9 +455,8 @@ def test_a_checkpoint_holds_no_path_of_this_machine_and_a_resume_still_reads_it(
     checkpoints, nor anything push commits, holds a path of this machine; mlmtrain.yaml and the card name them.
     --resume with the run's mlmtrain.yaml, the base moved away, still finds the base in the checkpoint by name and
     notes no changed setting."""
-    from ..conftest import copy_corpus
+    from ..helpers import copy_corpus, run_cli
     from .test_init_from import continue_options, write_base
-    from .test_reliability import run_cli
 
     corpus = copy_corpus(tiny_data, tmp_path)
     base = write_base(tmp_path / "models" / "tiny-bert")

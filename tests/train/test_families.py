@@ -15,11 +15,9 @@ import torch
 from mlmtrain.config import load_config
 from mlmtrain.train.loop import pretrain
 
-from ..conftest import WORDS, write_corpus
 from ..evaluate.test_probe import topics  # noqa: F401  (a fixture: a tiny labelled task)
+from ..helpers import WORDS, assert_one_error_line, metrics, run_cli, step_losses, weights, write_corpus
 from .test_init_from import POSITIONS, SHAPE, base_tokenizer, continue_options
-from .test_reliability import assert_one_error_line, run_cli
-from .test_train import metrics, step_losses, weights
 
 BPE_SPECIALS = {"cls_token": "<s>", "pad_token": "<pad>", "sep_token": "</s>", "unk_token": "<unk>"}
 BRACKET_SPECIALS = {"cls_token": "[CLS]", "pad_token": "[PAD]", "sep_token": "[SEP]", "unk_token": "[UNK]"}

@@ -18,11 +18,9 @@ from mlmtrain.errors import UserError
 from mlmtrain.train.loop import pretrain
 from mlmtrain.train.objectives import objective_of
 
+from ..helpers import metrics
+
 TOKENS_PER_STEP = 8 * 32  # the tiny config's global batch x seq_len
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.parametrize("objective, architecture", [("mlm", "bert"), ("electra", "bert"), ("mlm", "modernbert")])

@@ -18,9 +18,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.train.init_from import resolve_init_from
 from mlmtrain.train.loop import pretrain
 
-from ..conftest import WORDS, tiny_overrides, write_corpus
-from .test_reliability import assert_one_error_line, run_cli
-from .test_train import metrics, step_losses, weights
+from ..helpers import WORDS, assert_one_error_line, metrics, run_cli, step_losses, tiny_overrides, weights, write_corpus
 
 SHAPE = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
 POSITIONS = 64

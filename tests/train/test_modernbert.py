@@ -20,18 +20,19 @@ from mlmtrain.model.bert import count_parameters
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train.loop import pretrain
 
-from ..conftest import copy_corpus, tiny_overrides
 from ..evaluate.test_probe import topics  # noqa: F401  (a fixture: a tiny labelled task)
-from .test_reliability import (
+from ..helpers import (
     assert_one_error_line,
     assert_same_weights,
     by_step,
+    copy_corpus,
     finish,
     one_thread,
     output,
     run_cli,
     set_options,
     start_pretrain,
+    tiny_overrides,
     wait_for,
 )
 

@@ -15,7 +15,7 @@ from mlmtrain.train.loop import pretrain
 from mlmtrain.train.plan import Forecast, RateMeter, duration, forecast
 from mlmtrain.train.step import TrainState
 
-from .test_train import metrics
+from ..helpers import metrics
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,7 @@ def test_a_run_plans_names_what_ended_it_and_logs_its_last_steps(
 
 
 def test_a_time_budget_stretches_the_warm_up_and_a_run_ending_inside_its_warm_up_is_flagged(
-    tiny_config: Callable, capsys: pytest.CaptureFixture
+    tiny_config: Callable, capsys: pytest.CaptureFixture, ticking_clock: None
 ) -> None:
     """Warm-up of 20,000 of 100,000 planned steps under 3 seconds: it takes the first 20 % of the time, the rate
     reaches its peak and decays; with no step budget beside the time, the run ends inside its warm-up, which

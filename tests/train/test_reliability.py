@@ -11,169 +11,49 @@ import json
 import os
 import random
 import re
-import resource
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 import torch
 
-from mlmtrain.cli.app import main as cli_main
 from mlmtrain.config import load_config
 from mlmtrain.errors import UserError
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train.loop import pretrain
 
-from ..conftest import copy_corpus, tiny_overrides
-
-CHILD_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-CHILD_TIMEOUT_S = 240
-
-
-# ---------------------------------------------------------------------------------------------
-# Helpers
-
-
-def set_options(data: Path, run_dir: Path, **overrides: Any) -> list[str]:
-    """`--set` options for the tiny model training in run_dir."""
-    pairs = tiny_overrides(data, **{"train.run_dir": str(run_dir), **overrides})
-    return [arg for pair in pairs for arg in ("--set", pair)]
-
-
-def start_pretrain(
-    data: Path, run_dir: Path, *options: str, preexec_fn: Optional[Callable[[], None]] = None, **overrides: Any
-) -> subprocess.Popen:
-    """`python -m mlmtrain pretrain` in the background; its stderr goes to RUN_DIR.log (read with `output`)."""
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    log = open(run_dir.with_suffix(".log"), "ab")
-    command = [sys.executable, "-m", "mlmtrain", "pretrain", *set_options(data, run_dir, **overrides), *options]
-    try:
-        return subprocess.Popen(command, stdout=log, stderr=log, env=CHILD_ENV, preexec_fn=preexec_fn)
-    finally:
-        log.close()
-
-
-def output(run_dir: Path) -> str:
-    return run_dir.with_suffix(".log").read_text(errors="replace")
-
-
-def finish(process: subprocess.Popen, run_dir: Path) -> int:
-    try:
-        return process.wait(timeout=CHILD_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-        pytest.fail(f"pretrain did not finish in {CHILD_TIMEOUT_S}s:\n{output(run_dir)}")
-
-
-def wait_for(condition: Callable[[], bool], process: subprocess.Popen, run_dir: Path) -> None:
-    """Poll `condition` every millisecond while the process runs (fails if it ends first)."""
-    deadline = time.monotonic() + CHILD_TIMEOUT_S
-    while not condition():
-        if process.poll() is not None:
-            pytest.fail(
-                f"pretrain ended (exit {process.returncode}) before the moment to interrupt it:\n{output(run_dir)}"
-            )
-        if time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"pretrain made no progress in {CHILD_TIMEOUT_S}s:\n{output(run_dir)}")
-        time.sleep(0.001)
-
-
-def metric_lines(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def logged_steps(run_dir: Path) -> int:
-    """Training steps logged so far, read while a run writes (a resumed run appends: this counts lines)."""
-    path = Path(run_dir) / "metrics.jsonl"
-    finished_lines = path.read_text().split("\n")[:-1] if path.exists() else []
-    return sum('"loss"' in line for line in finished_lines)
-
-
-def by_step(run_dir: Path, key: str) -> dict[int, float]:
-    return {line["step"]: line[key] for line in metric_lines(run_dir) if key in line}
-
-
-def weights(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(str(Path(folder) / "model.safetensors"))
-
-
-def assert_same_weights(a: Path, b: Path) -> None:
-    left, right = weights(a), weights(b)
-    assert left.keys() == right.keys()
-    for key in left:
-        assert torch.equal(left[key], right[key]), f"{key} differs between {a} and {b}"
+from ..helpers import (
+    CHILD_ENV,
+    CHILD_TIMEOUT_S,
+    assert_checkpoints_sound,
+    assert_one_error_line,
+    assert_same_weights,
+    by_step,
+    copy_corpus,
+    file_size_limit,
+    finish,
+    logged_steps,
+    metrics,
+    one_thread,
+    output,
+    run_cli,
+    set_options,
+    start_pretrain,
+    tiny_overrides,
+    wait_for,
+    weights,
+)
 
 
 def temporary_folders(run_dir: Path) -> list[Path]:
     folder = ckpt.checkpoints_dir(run_dir)
     return sorted(p for p in folder.iterdir() if p.name.startswith(".tmp-")) if folder.is_dir() else []
-
-
-def assert_checkpoints_sound(run_dir: Path, planted: tuple[str, ...] = ()) -> Path:
-    """Every step-N folder (but the planted ones) is complete; the newest loads and is what --resume auto takes."""
-    from transformers import AutoModelForMaskedLM
-
-    root = ckpt.checkpoints_dir(run_dir)
-    step_folders = [p for p in root.iterdir() if p.name.startswith("step-") and p.name not in planted]
-    for folder in step_folders:
-        assert (folder / ckpt.COMPLETE).exists(), f"{folder} lacks {ckpt.COMPLETE}: a rename went wrong"
-    newest = ckpt.latest_checkpoint(run_dir)
-    assert newest is not None and newest.name.startswith("step-"), newest
-    assert ckpt.resolve_resume(run_dir, "auto") == newest
-    latest = root / "latest"
-    if latest.is_symlink():  # a kill between the rename and the re-link leaves it one checkpoint behind
-        assert (latest.resolve() / ckpt.COMPLETE).exists()
-    model = AutoModelForMaskedLM.from_pretrained(str(newest))
-    assert all(torch.isfinite(p).all() for p in model.parameters())
-    state = ckpt.load_training_state(newest)
-    assert state["train_state"]["step"] == int(newest.name.removeprefix("step-"))
-    return newest
-
-
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """In-process runs on one thread, like the OMP_NUM_THREADS=1 subprocesses they are compared with."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def run_cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, list[str]]:
-    """`mlmtrain ARGS` in-process: (exit code, stderr lines)."""
-    capsys.readouterr()
-    try:
-        cli_main(list(args))
-        code = 0
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else 1
-    return code, capsys.readouterr().err.strip().splitlines()
-
-
-def assert_one_error_line(lines: list[str], *needles: str) -> str:
-    """The command failed with exactly one `mlmtrain:` line, the last one, holding every needle; no traceback."""
-    text = "\n".join(lines)
-    assert "Traceback" not in text, text
-    errors = [line for line in lines if line.startswith("mlmtrain: ")]
-    assert len(errors) == 1 and lines[-1] == errors[0], text
-    for needle in needles:
-        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
-    return errors[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,7 +125,7 @@ def test_kill_9_at_random_moments_then_resume_equals_an_uninterrupted_run(tiny_d
     assert_same_weights(run_dir / "checkpoints" / "step-40", whole / "checkpoints" / "step-40")
     # every step any of the runs logged (killed ones included) matches the uninterrupted run, and each
     # resumed run re-did the steps after its checkpoint, so the last line of every step is there too
-    for line in metric_lines(run_dir):
+    for line in metrics(run_dir):
         if "loss" in line:
             assert line["loss"] == reference_losses[line["step"]], line
         if "eval_loss" in line:
@@ -465,19 +345,6 @@ def test_disk_full_via_the_cli_is_one_line_and_exit_2(
     assert_failed_save_left_no_trace(run_dir, failed_step=4, kept_step=2)
 
 
-@contextmanager
-def file_size_limit(size: int) -> Iterator[None]:
-    """Files may not grow past `size` bytes: a real write error from the kernel (EFBIG), no root needed."""
-    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail the write with EFBIG instead of killing us
-    before = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (size, before[1]))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, before)
-        signal.signal(signal.SIGXFSZ, handler)
-
-
 def test_real_write_error_from_the_real_writers_is_one_line_and_exit_2(
     tiny_config, tiny_data: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -599,7 +466,7 @@ def test_resume_refuses_a_corrupt_or_foreign_checkpoint(
     assert_one_error_line(
         lines, "mlmtrain: checkpoint: ", str(folder), problem.format(tokenizer=tiny_data / "tokenizer")
     )
-    assert not metric_lines(run_dir) and not ckpt.checkpoints_dir(run_dir).exists()  # nothing started from scratch
+    assert not metrics(run_dir) and not ckpt.checkpoints_dir(run_dir).exists()  # nothing started from scratch
 
 
 def test_eval_perplexity_refuses_truncated_weights(
@@ -673,7 +540,7 @@ def test_second_run_on_the_same_run_dir_refuses_and_the_first_is_unharmed(
         lines, f"mlmtrain: run: {run_dir} is in use by a running mlmtrain (pid {first.pid})", "train.run_dir"
     )
     assert finish(first, run_dir) == 0, output(run_dir)
-    steps = [line["step"] for line in metric_lines(run_dir) if "loss" in line]
+    steps = [line["step"] for line in metrics(run_dir) if "loss" in line]
     assert steps == list(range(1, 61))  # one run's lines, nothing interleaved
     assert assert_checkpoints_sound(run_dir).name == "step-60"
     assert len(ckpt.complete_checkpoints(run_dir)) == 3  # keep_last

@@ -5,40 +5,21 @@ each one that changed, since the run then no longer reproduces an uninterrupted 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from mlmtrain.config import load_config
 from mlmtrain.train import checkpoint as ckpt
-from mlmtrain.train.loop import pretrain
 
-from ..conftest import tiny_overrides
-from ..runtime.test_safety import snapshot
-from .test_reliability import run_cli, set_options
-
-QUICK = {"train.max_steps": 4, "train.eval_every": 2, "checkpoint.save_every": 2}
-
-
-@pytest.fixture(scope="module")
-def trained_once(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("notes") / "run"
-    pretrain(load_config(None, tiny_overrides(tiny_data, **{**QUICK, "train.run_dir": str(run_dir)})))
-    return run_dir
-
-
-@pytest.fixture
-def finished_run(trained_once: Path, tmp_path: Path) -> Path:
-    """A finished 4-step run (evaluated and saved at steps 2 and 4) that a test may change."""
-    return shutil.copytree(trained_once, tmp_path / "run", symlinks=True)
+from ..helpers import FINISHED, run_cli, set_options, snapshot, tiny_overrides
 
 
 def test_resuming_a_finished_run_trains_and_writes_nothing(
     finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
 ) -> None:
     before = snapshot(finished_run)
-    code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, finished_run, **QUICK), "--resume", "auto")
+    code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, finished_run, **FINISHED), "--resume", "auto")
     assert code == 0, lines
     text = "\n".join(lines)
     assert "has already spent the run's budget (train.max_steps); nothing to train" in text, text
@@ -49,7 +30,7 @@ def test_resuming_a_finished_run_trains_and_writes_nothing(
 def test_a_finished_run_with_a_larger_budget_goes_on(
     finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    options = set_options(tiny_data, finished_run, **{**QUICK, "train.max_steps": 6})
+    options = set_options(tiny_data, finished_run, **{**FINISHED, "train.max_steps": 6})
     code, lines = run_cli(capsys, "pretrain", *options, "--resume", "auto")
     assert code == 0, lines
     assert ckpt.latest_checkpoint(finished_run).name == "step-6"
@@ -60,7 +41,7 @@ def test_a_resume_names_every_training_setting_that_changed(
     finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
 ) -> None:
     changed = {"train.max_steps": 6, "train.seed": 3, "optim.lr": 0.002, "masking.mlm_probability": 0.2}
-    options = set_options(tiny_data, finished_run, **{**QUICK, **changed, "train.log_every": 3})
+    options = set_options(tiny_data, finished_run, **{**FINISHED, **changed, "train.log_every": 3})
     code, lines = run_cli(capsys, "pretrain", *options, "--resume", "auto")
     assert code == 0, lines
     (note,) = [line for line in lines if line.startswith("note: resuming with training settings")]
@@ -71,10 +52,10 @@ def test_a_resume_names_every_training_setting_that_changed(
 
 
 def test_a_resume_with_the_same_settings_adds_no_note(finished_run: Path, tiny_data: Path) -> None:
-    cfg = load_config(None, tiny_overrides(tiny_data, **{**QUICK, "train.run_dir": str(finished_run)}))
+    cfg = load_config(None, tiny_overrides(tiny_data, **{**FINISHED, "train.run_dir": str(finished_run)}))
     assert ckpt.setting_changes(finished_run / "checkpoints" / "step-4", cfg) == []
     (finished_run / "checkpoints" / "step-4" / "mlmtrain.yaml").unlink()
-    changed = load_config(None, tiny_overrides(tiny_data, **{**QUICK, "train.seed": 3}))
+    changed = load_config(None, tiny_overrides(tiny_data, **{**FINISHED, "train.seed": 3}))
     assert ckpt.setting_changes(finished_run / "checkpoints" / "step-4", changed) == []  # nothing to compare with
 
 

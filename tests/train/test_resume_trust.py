@@ -21,24 +21,8 @@ from mlmtrain.errors import UserError
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train.loop import pretrain
 
-from ..conftest import tiny_overrides
+from ..helpers import QUICK, assert_one_error_line, run_cli, set_options
 from .test_electra_train import electra_config
-from .test_reliability import assert_one_error_line, run_cli, set_options
-
-QUICK = {"train.max_steps": 4, "train.eval_every": 0, "checkpoint.save_every": 2}
-
-
-@pytest.fixture(scope="module")
-def trained_once(tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("trust") / "run"
-    pretrain(load_config(None, tiny_overrides(tiny_data, **{**QUICK, "train.run_dir": str(run_dir)})))
-    return run_dir
-
-
-@pytest.fixture
-def finished_run(trained_once: Path, tmp_path: Path) -> Path:
-    """A run folder holding a finished 4-step run (checkpoints at steps 2 and 4), where tiny_config trains."""
-    return shutil.copytree(trained_once, tmp_path / "run", symlinks=True)
 
 
 class RunsCode:

@@ -16,10 +16,16 @@ from mlmtrain.model.optim import learning_rate
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train.loop import pretrain
 
-from ..conftest import tiny_overrides
-from ..runtime.test_safety import snapshot
-from .test_reliability import assert_one_error_line, run_cli, set_options
-from .test_train import metrics, step_losses, weights
+from ..helpers import (
+    assert_one_error_line,
+    metrics,
+    run_cli,
+    set_options,
+    snapshot,
+    step_losses,
+    tiny_overrides,
+    weights,
+)
 
 WSD = {"optim.schedule": "wsd", "optim.decay_share": 0.5, "optim.warmup_steps": 2}
 MASK_SCHEDULE = {"masking.schedule": "linear", "masking.mlm_probability": 0.3, "masking.mlm_probability_end": 0.1}

@@ -19,9 +19,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.runtime.progress import Reporter
 from mlmtrain.train.loop import pretrain
 
-from ..conftest import copy_corpus, tiny_overrides
-from .test_ecosystem import _closed_port
-from .test_reliability import assert_one_error_line, run_cli, set_options
+from ..helpers import assert_one_error_line, copy_corpus, free_port, run_cli, set_options, tiny_overrides
 
 INSTALLED = [name for name in ("tensorboard", "mlflow", "wandb") if importlib.util.find_spec(name) is not None]
 
@@ -234,7 +232,7 @@ def test_a_password_in_the_tracking_uri_is_neither_printed_nor_written(
     tiny_data: Path, tmp_path: Path, monkeypatch, capsys
 ) -> None:
     """A tracking server that cannot be reached: MLflow's error quotes the URL it was given, password included."""
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://user:s3cret@127.0.0.1:{_closed_port()}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://user:s3cret@127.0.0.1:{free_port()}")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # refused at once instead of retried for minutes
     run_dir = tmp_path / "run"
     code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, run_dir, **{"train.trackers": "[mlflow]"}))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,19 +11,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.model.optim import learning_rate
 from mlmtrain.train.loop import pretrain
 
-
-def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
-
-
-def step_losses(run_dir: Path) -> dict[int, float]:
-    return {m["step"]: m["loss"] for m in metrics(run_dir) if "loss" in m}
-
-
-def weights(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(str(Path(folder) / "model.safetensors"))
+from ..helpers import metrics, step_losses, weights
 
 
 @pytest.mark.oldpins
@@ -165,7 +152,7 @@ def test_keep_last_prunes_and_keep_best_spares_the_best(tiny_config) -> None:
     assert kept == {"step-12", f"step-{best}"}
 
 
-def test_max_time_budget_stops_on_time_and_stretches_the_schedule(tiny_config) -> None:
+def test_max_time_budget_stops_on_time_and_stretches_the_schedule(tiny_config, ticking_clock) -> None:
     cfg = tiny_config(
         **{
             "train.max_steps": None,
@@ -178,8 +165,8 @@ def test_max_time_budget_stops_on_time_and_stretches_the_schedule(tiny_config) -
     final = pretrain(cfg)
     lines = [m for m in metrics(Path(cfg.train.run_dir)) if "loss" in m]
     assert final.name == f"step-{lines[-1]['step']}"
-    # it stops at the first step that ends past the budget, however loaded the machine is (elapsed_s is logged
-    # rounded to the millisecond: a step that ended at 2.9996 s reads 3.0, hence <= for the one before)
+    # it stops at the first step that ends past the budget (the loop's clock ticks at each reading; elapsed_s is
+    # logged rounded to the millisecond: a step that ended at 2.9996 s reads 3.0, hence <= for the one before)
     assert lines[-1]["elapsed_s"] >= 3.0 >= lines[-2]["elapsed_s"]
     lrs = [m["lr"] for m in lines]
     assert all(a >= b for a, b in zip(lrs[1:-1], lrs[2:], strict=True))  # decay after the one warm-up step
