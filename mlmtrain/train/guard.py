@@ -21,6 +21,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.runtime.files import check_writable_folder
 from mlmtrain.runtime.progress import say
 from mlmtrain.train import checkpoint as ckpt
+from mlmtrain.train import ownership, resume_checks
 from mlmtrain.train.init_from import check_added_words_file, resumed_base
 
 _EVENT_FILE = re.compile(r"^events\.out\.tfevents\.")  # the name TensorBoard's writer gives its log files
@@ -88,7 +89,7 @@ def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool, cfg: Co
     """Refuse to mix two runs in one folder unless the user said --resume or --overwrite; check that checkpoints
     can be written there before any step is trained. In a folder that holds no run yet, refuse to replace a
     mlmtrain.yaml the user keeps there (pretrain saves the run's resolved config under that name)."""
-    checkpoints = ckpt.checkpoints_dir(run_dir)
+    checkpoints = ownership.checkpoints_dir(run_dir)
     holds_run = (run_dir / "metrics.jsonl").exists() or checkpoints.exists() or checkpoints.is_symlink()
     _refuse_blocked_folder(checkpoints, "checkpoints", removed=overwrite and holds_run)
     if "tensorboard" in cfg.train.active_trackers:  # its writer would fail on it only after tokenizing
@@ -136,10 +137,10 @@ def _remove_the_old_run(run_dir: Path) -> None:
     `tensorboard/` is removed as a link: what it points to (another disk, a folder other runs log into) is never
     listed nor deleted. If the checkpoints or tensorboard folder holds anything else (a user's notes, a fine-tuned
     model, a link), refuse before deleting anything."""
-    checkpoints, board = ckpt.checkpoints_dir(run_dir), run_dir / "tensorboard"
+    checkpoints, board = ownership.checkpoints_dir(run_dir), run_dir / "tensorboard"
     links = [folder for folder in (checkpoints, board) if folder.is_symlink()]
     ours, events = _entries(checkpoints), _entries(board)
-    theirs = [entry for entry in ours if not ckpt.written_by_mlmtrain(entry)]
+    theirs = [entry for entry in ours if not ownership.written_by_mlmtrain(entry)]
     theirs += [entry for entry in events if not (_EVENT_FILE.match(entry.name) and _plain_file(entry))]
     theirs += [run_dir / name for name in _RUN_FILES if _folder(run_dir / name)]  # unlink would fail on it, too late
     if theirs:
@@ -155,7 +156,7 @@ def _remove_the_old_run(run_dir: Path) -> None:
             link.unlink()
         for entry in ours:
             if entry.is_dir() and not entry.is_symlink():
-                ckpt.remove_checkpoint(entry)
+                ownership.remove_checkpoint(entry)
             else:
                 entry.unlink()
         for entry in events:
@@ -199,12 +200,12 @@ def check_before_start(cfg: Config, device: torch.device, resume_from: Optional[
         from mlmtrain.train.step import check_compile_toolchain
 
         check_compile_toolchain(device)
-    ckpt.check_latest_link(Path(cfg.train.run_dir))  # a user's folder named latest would fail the first save
+    ownership.check_latest_link(Path(cfg.train.run_dir))  # a user's folder named latest would fail the first save
     if resume_from is None:
         return
     ckpt.check_complete(resume_from)
-    ckpt.check_replaceable_after(Path(cfg.train.run_dir), resume_from)
-    ckpt.check_model_shape(resume_from, cfg)
+    ownership.check_replaceable_after(Path(cfg.train.run_dir), resume_from)
+    resume_checks.check_model_shape(resume_from, cfg)
     from mlmtrain.data.sources import corpus_splits
     from mlmtrain.data.store import planned_tokenizer_fingerprint
     from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
@@ -213,7 +214,7 @@ def check_before_start(cfg: Config, device: torch.device, resume_from: Optional[
     # resume that needs one is refused now, while the run's tokenizer and store are still intact.
     planned = planned_tokenizer_fingerprint(cfg, corpus_splits(cfg.data)[0], resumed_base(cfg, resume_from))
     if planned is None and cfg.model.init_from:  # the base's tokenizer would be extended anew: the run's own settings
-        changed = [c for c in ckpt.setting_changes(resume_from, cfg) if c.startswith(_TOKENIZER_MAKERS)]
+        changed = [c for c in resume_checks.setting_changes(resume_from, cfg) if c.startswith(_TOKENIZER_MAKERS)]
         raise UserError(
             "checkpoint",
             f"resuming {resume_from} needs the tokenizer it was trained with, and these settings would extend the "
@@ -228,7 +229,7 @@ def check_before_start(cfg: Config, device: torch.device, resume_from: Optional[
             f"resume with that run's tokenizer: --set tokenizer.pretrained={resume_from}",
         )
     if planned != tokenizer_fingerprint(load_tokenizer(resume_from)):
-        raise UserError("checkpoint", ckpt.other_tokenizer_message(resume_from, cfg))
+        raise UserError("checkpoint", resume_checks.other_tokenizer_message(resume_from, cfg))
 
 
 class StopRequested:

@@ -27,6 +27,7 @@ from mlmtrain.runtime.files import write_failure
 from mlmtrain.runtime.progress import Reporter, say
 from mlmtrain.runtime.trackers import check_trackers
 from mlmtrain.train import checkpoint as ckpt
+from mlmtrain.train import ownership
 from mlmtrain.train.guard import RunLock, StopRequested, check_before_start, claim_run_dir
 from mlmtrain.train.init_from import (
     kept_pooler,
@@ -90,7 +91,7 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
     except RuntimeError as error:
         failed = compile_failure(error)
         if failed is not None:  # e.g. a C++ compiler found but unable to build: the fix is to train without compile
-            latest = ckpt.latest_checkpoint(run_dir)
+            latest = ownership.latest_checkpoint(run_dir)
             kept = f"; the last complete checkpoint is {latest}" if latest else ""
             raise UserError(
                 "compile", f"torch.compile could not compile the model ({failed}); set train.compile: false{kept}"
@@ -106,7 +107,7 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
 def _stopped_from_outside(error: RuntimeError, run_dir: Path) -> UserError:
     """One line for a run stopped by a process it depends on: a dead DataLoader worker, or another process of the
     torchrun job gone (killed, out of memory), which the survivors learn as a broken connection in a collective."""
-    latest = ckpt.latest_checkpoint(run_dir)
+    latest = ownership.latest_checkpoint(run_dir)
     kept = f" (the last complete checkpoint is {latest})" if latest else ""
     if loader_worker_died(error):
         return UserError(
@@ -169,7 +170,7 @@ def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Pat
 
 def _set_aside_later(run_dir: Path, step: int, resumed: Path) -> None:
     """A run resumed from an older checkpoint: the earlier run's later checkpoints go into a folder of their own."""
-    moved = ckpt.set_aside_later(run_dir, step, resumed)
+    moved = ownership.set_aside_later(run_dir, step, resumed)
     if moved is not None:
         folder, names = moved
         say(
@@ -227,7 +228,7 @@ class Loop:
         self.pooler = pooler  # the one each checkpoint keeps (`kept_pooler`; None: drawn from the seed)
         self.probe_s = 0.0  # seconds spent probing: kept off the budget's clock
         self.start_step = setup.state.step  # pause_after applies once: a resumed run goes on past it
-        self.last_saved: Optional[Path] = ckpt.latest_checkpoint(run_dir) if self.ctx.is_main else None
+        self.last_saved: Optional[Path] = ownership.latest_checkpoint(run_dir) if self.ctx.is_main else None
         self.live_report = LiveReport(run_dir) if self.cfg.report.html else None
         self.spared: set[Path] = set()  # old checkpoints keep-last left alone because they hold a user's files
         self.shown_loss: Optional[float] = None  # the progress bar's loss: the last one read
@@ -411,10 +412,10 @@ class Loop:
                 self.pooler,
             )
             best = self.run_dir / "checkpoints" / f"step-{state.best_step}" if self.cfg.checkpoint.keep_best else None
-            for old, foreign in ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, keep=best):
+            for old, foreign in ownership.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, keep=best):
                 if old not in self.spared:  # said once per folder, not at every save
                     self.spared.add(old)
-                    say(f"kept {old} past checkpoint.keep_last: {ckpt.why_spared(foreign)}; delete it if unneeded")
+                    say(f"kept {old} past checkpoint.keep_last: {ownership.why_spared(foreign)}; delete it if unneeded")
             if self.live_report is not None:
                 self.live_report.refresh()  # never raises: a failed page must not stop the run
             return folder

@@ -41,6 +41,7 @@ from mlmtrain.model.optim import (
 from mlmtrain.runtime.distributed import DistContext, all_reduce_sum
 from mlmtrain.runtime.progress import say
 from mlmtrain.train import checkpoint as ckpt
+from mlmtrain.train import resume_checks
 from mlmtrain.train.objectives import Objective, objective_of
 from mlmtrain.train.precision import Precision, resolve_precision
 
@@ -172,11 +173,11 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
     state, saved = TrainState(), {}
     if resume_from is not None:
         saved = ckpt.load_training_state(resume_from)
-        mlm = ckpt.load_resume_model(resume_from, cfg, fingerprint)
-        dropout_changed = ckpt.dropout_changes(resume_from, cfg)  # applied by load_resume_model
+        mlm = resume_checks.load_resume_model(resume_from, cfg, fingerprint)
+        dropout_changed = resume_checks.dropout_changes(resume_from, cfg)  # applied by load_resume_model
         if dropout_changed and ctx.is_main:
             say(f"note: dropout from the config replaces the checkpoint's ({'; '.join(dropout_changed)})")
-        setting_changed = ckpt.setting_changes(resume_from, cfg)
+        setting_changed = resume_checks.setting_changes(resume_from, cfg)
         if setting_changed and ctx.is_main:
             say(
                 f"note: resuming with training settings other than the checkpoint's ({'; '.join(setting_changed)}); "
