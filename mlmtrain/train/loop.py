@@ -1,4 +1,5 @@
-"""`pretrain(cfg)`: lock and claim the run folder, tokenize if needed, build the training setup, run the loop.
+"""`pretrain(cfg)`: resolve the run once (`resolved.py`), lock and claim the run folder, tokenize if needed, build
+the training setup, run the loop.
 
 Read `Loop.run` top to bottom: fetch the step's micro-batches, `train_step` (step.py), then log, evaluate and
 checkpoint on their cadence. Rank 0 alone writes; every collective is taken by every rank in the same order.
@@ -29,15 +30,10 @@ from mlmtrain.runtime.trackers import check_trackers
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train import ownership
 from mlmtrain.train.guard import RunLock, StopRequested, check_before_start, claim_run_dir
-from mlmtrain.train.init_from import (
-    kept_pooler,
-    resolve_init_from,
-    resumed_base,
-    second_phase_note,
-    write_added_words,
-)
+from mlmtrain.train.init_from import kept_pooler, second_phase_note, write_added_words
 from mlmtrain.train.objectives import Evaluation, objective_of
 from mlmtrain.train.plan import RateMeter, forecast
+from mlmtrain.train.resolved import ResolvedRun, resolve_run
 from mlmtrain.train.step import (
     StepResult,
     TrainingSetup,
@@ -56,38 +52,33 @@ def pretrain(cfg: Config, resume: Optional[str] = None, overwrite: bool = False)
         raise UserError(
             "argument", "--resume and --overwrite contradict each other (--overwrite deletes the run); drop one"
         )
-    # a mistyped folder fails now; a resumed init_from run reads its checkpoint, not the base (which may be gone)
-    resume_from = ckpt.resolve_resume(Path(cfg.train.run_dir), resume) if resume is not None else None
-    if resume_from is not None and cfg.model.init_from:
-        ckpt.check_complete(resume_from)  # its files stand in for the base: an unfinished one is refused as such
-    resolve_init_from(cfg, resumed=resumed_base(cfg, resume_from))  # an unusable base is refused before any write
+    run = resolve_run(cfg, resume)  # once, before any write: a mistyped folder or an unusable base fails now
     ctx = init_distributed(cfg.train.device)
     try:
-        return _pretrain(cfg, ctx, resume, overwrite)
+        return _pretrain(run, ctx, overwrite)
     finally:
         teardown(ctx)
 
 
-def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: bool) -> Path:
-    run_dir = Path(cfg.train.run_dir)
+def _pretrain(run: ResolvedRun, ctx: DistContext, overwrite: bool) -> Path:
+    cfg, run_dir = run.cfg, run.run_dir
     # Rank 0 alone locks, checks and tokenizes; on_main shares its verdict, so a refusal stops every rank at once.
     on_main(ctx, lambda: check_trackers(cfg.train.active_trackers, cfg.train.tensorboard))  # before any work
     task = on_main(ctx, lambda: live_task(cfg.probe))  # a bad probe task fails before anything is written
     lock = on_main(ctx, lambda: RunLock(run_dir))
     try:
-        on_main(ctx, lambda: claim_run_dir(run_dir, resume, overwrite, cfg))
-        resume_from = ckpt.resolve_resume(run_dir, resume) if resume is not None else None
+        on_main(ctx, lambda: claim_run_dir(run_dir, run.resume, overwrite, cfg))
         # a resume that cannot work is refused before the tokenizer or the store is rebuilt
-        on_main(ctx, lambda: check_before_start(cfg, ctx.device, resume_from))
-        note = on_main(ctx, lambda: second_phase_note(cfg, resume_from))
+        on_main(ctx, lambda: check_before_start(run, ctx.device))
+        note = on_main(ctx, lambda: second_phase_note(cfg, run.continued))
         if note and ctx.is_main:
             say(note)
         with interrupt_on_sigterm():  # tokenizing and set-up: SIGTERM says "interrupted" like Ctrl-C
-            on_main(ctx, lambda: _ensure_data(cfg, resumed_base(cfg, resume_from)))
-            if ctx.is_main and resume == "auto" and resume_from is None:
+            on_main(ctx, lambda: _ensure_data(cfg, run.resumed_base))
+            if ctx.is_main and run.resume == "auto" and run.resume_from is None:
                 say(f"no checkpoint in {run_dir}; starting a new run")
             with reproducible_compile(cfg, ctx.device):
-                return _run(cfg, ctx, run_dir, resume_from, task)
+                return _run(run, ctx, task)
     except RuntimeError as error:
         failed = compile_failure(error)
         if failed is not None:  # e.g. a C++ compiler found but unable to build: the fix is to train without compile
@@ -148,7 +139,8 @@ def eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
     return blocks, evaluation_blocks(blocks, cfg.train.eval_max_blocks)
 
 
-def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Path], task: Optional[Task]) -> Path:
+def _run(run: ResolvedRun, ctx: DistContext, task: Optional[Task]) -> Path:
+    cfg, run_dir, resume_from = run.cfg, run.run_dir, run.resume_from
     setup = build_setup(cfg, ctx, resume_from)
     if resume_from is not None and budget_progress(cfg, setup.state) >= 1.0:  # nothing left: write nothing
         if ctx.is_main:
@@ -164,7 +156,7 @@ def _run(cfg: Config, ctx: DistContext, run_dir: Path, resume_from: Optional[Pat
         _announce(setup, run_dir, resume_from)
     if resume_from is not None:
         on_main(ctx, lambda: _set_aside_later(run_dir, setup.state.step, resume_from))
-    pooler = kept_pooler(cfg, resume_from) if ctx.is_main else None  # rank 0 alone saves
+    pooler = kept_pooler(run.base) if ctx.is_main else None  # rank 0 alone saves
     return Loop(setup, run_dir, validation, probe, pooler).run()
 
 

@@ -1,6 +1,6 @@
-"""What a resume verifies before it trains: the checkpoint's model is the one the config and its tokenizer make
-(`check_model_shape`), its tokenizer is the run's, and the notes it prints for the settings the config changes
-(dropout, training settings); `load_resume_model` loads the model once all of that holds.
+"""What a resume verifies before it trains (`check_resume`, reading the resolved run): the checkpoint's model is the
+one the config and its tokenizer make (`check_model_shape`), its tokenizer is the run's, and the notes it prints for
+the settings the config changes (`resume_notes`); `load_resume_model` loads the model once all of that holds.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from mlmtrain.model.families import BERT, Family, family_of
 from mlmtrain.readers import read_saved_yaml
 from mlmtrain.runtime.model_folder import model_config
 from mlmtrain.train.objectives import Objective, objective_class, objective_of, saved_objective
+from mlmtrain.train.ownership import check_replaceable_after
+from mlmtrain.train.resolved import ResolvedRun
 
 # The keys of a checkpoint's config.json that fix which modules and tensors its model has, in the order they are
 # compared; dropout is not among them: it only changes training, and the config's applies on resume.
@@ -124,6 +126,20 @@ def check_model_shape(folder: Path, cfg: Config) -> None:
             )
 
 
+def resume_notes(folder: Path, cfg: Config) -> list[str]:
+    """The notes a resume prints for the config's settings that differ from the checkpoint's: its dropout, which
+    applies (`load_resume_model`), and the training settings, which then no longer reproduce an uninterrupted run."""
+    notes = []
+    if dropout_changed := dropout_changes(folder, cfg):
+        notes.append(f"note: dropout from the config replaces the checkpoint's ({'; '.join(dropout_changed)})")
+    if setting_changed := setting_changes(folder, cfg):
+        notes.append(
+            f"note: resuming with training settings other than the checkpoint's ({'; '.join(setting_changed)}); "
+            "the run goes on under the config's, so it will not reproduce an uninterrupted run"
+        )
+    return notes
+
+
 def dropout_changes(folder: Path, cfg: Config) -> list[str]:
     """The dropout settings of the config that differ from the checkpoint's, as 'key: saved -> config' (a resume
     applies the config's: dropout only changes training)."""
@@ -186,3 +202,40 @@ def load_resume_model(folder: Path, cfg: Config, fingerprint: str) -> Any:
             f"cannot load the weights in {folder} ({type(error).__name__}: "
             f"{first_line(error)[:160]}); resume from an older checkpoint",
         ) from None
+
+
+_TOKENIZER_MAKERS = ("tokenizer.", "model.init_from", "data.")  # settings that decide an extended tokenizer
+
+
+def check_resume(run: ResolvedRun) -> None:
+    """UserError, before a tokenizer or store is (re)built, for a resume that cannot work: a later checkpoint of a
+    user's it would move aside, a checkpoint of another model, or a tokenizer that is not the checkpoint's."""
+    cfg, resume_from = run.cfg, run.resume_from
+    if resume_from is None:
+        return
+    check_replaceable_after(run.run_dir, resume_from)
+    check_model_shape(resume_from, cfg)
+    from mlmtrain.data.sources import corpus_splits
+    from mlmtrain.data.store import planned_tokenizer_fingerprint
+    from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
+
+    # WordPiece training is not bit-reproducible: a tokenizer trained again would not be the checkpoint's, so a
+    # resume that needs one is refused now, while the run's tokenizer and store are still intact.
+    planned = planned_tokenizer_fingerprint(cfg, corpus_splits(cfg.data)[0], run.resumed_base)
+    if planned is None and cfg.model.init_from:  # the base's tokenizer would be extended anew: the run's own settings
+        changed = [c for c in setting_changes(resume_from, cfg) if c.startswith(_TOKENIZER_MAKERS)]
+        raise UserError(
+            "checkpoint",
+            f"resuming {resume_from} needs the tokenizer it was trained with, and these settings would extend the "
+            f"base's tokenizer anew ({'; '.join(changed) or 'the tokenizer folder is missing'}); resume with that "
+            f"run's settings: --config {run.run_dir / 'mlmtrain.yaml'}",
+        )
+    if planned is None:
+        raise UserError(
+            "checkpoint",
+            f"resuming {resume_from} needs the tokenizer it was trained with, and {cfg.tokenizer_dir} "
+            "(tokenizer.path) would be trained anew (it is missing, or the corpus or tokenizer settings changed); "
+            f"resume with that run's tokenizer: --set tokenizer.pretrained={resume_from}",
+        )
+    if planned != tokenizer_fingerprint(load_tokenizer(resume_from)):
+        raise UserError("checkpoint", other_tokenizer_message(resume_from, cfg))

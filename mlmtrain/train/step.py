@@ -174,15 +174,9 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
     if resume_from is not None:
         saved = ckpt.load_training_state(resume_from)
         mlm = resume_checks.load_resume_model(resume_from, cfg, fingerprint)
-        dropout_changed = resume_checks.dropout_changes(resume_from, cfg)  # applied by load_resume_model
-        if dropout_changed and ctx.is_main:
-            say(f"note: dropout from the config replaces the checkpoint's ({'; '.join(dropout_changed)})")
-        setting_changed = resume_checks.setting_changes(resume_from, cfg)
-        if setting_changed and ctx.is_main:
-            say(
-                f"note: resuming with training settings other than the checkpoint's ({'; '.join(setting_changed)}); "
-                "the run goes on under the config's, so it will not reproduce an uninterrupted run"
-            )
+        if ctx.is_main:  # the config's dropout applies (load_resume_model); its other settings differ from the run's
+            for note in resume_checks.resume_notes(resume_from, cfg):
+                say(note)
         state = TrainState(**saved["train_state"])
         # micro_batches counts this rank's micro-batches; another world size or micro-batch takes the same global
         # batches in other bites, so carry the position over in whole global batches.

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mlmtrain.config import load_config
+from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train import ownership, resume_checks
 from mlmtrain.train.loop import pretrain
 
@@ -90,3 +91,15 @@ def test_every_setting_that_changes_training_is_named_electras_too(tmp_path: Pat
         "electra.discriminator_weight: 50.0 -> 20.0",
         "electra.temperature: 1.0 -> 2.0",
     ]
+
+
+def test_a_resume_resolves_its_checkpoint_once(
+    finished_run: Path, tiny_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pretrain resolves --resume once into the run it plans; the checks, the tokenizer and the loop read that."""
+    resolved = []
+    resolve = ckpt.resolve_resume
+    monkeypatch.setattr(ckpt, "resolve_resume", lambda *args: resolved.append(args) or resolve(*args))
+    cfg = load_config(None, tiny_overrides(tiny_data, **{**QUICK, "train.run_dir": str(finished_run)}))
+    assert pretrain(cfg, resume="auto") == ownership.latest_checkpoint(finished_run).resolve()
+    assert resolved == [(finished_run, "auto")]
