@@ -1,6 +1,6 @@
 """What protects a run: the exclusive lock on RUN_DIR, the claim on a folder that already holds a run, the checks
-that a run can start or resume before anything is rebuilt, and the stop signals that end a run between two steps
-(never in the middle of one)."""
+that a run can start (a resume's: `resume_checks.py`) before anything is rebuilt, and the stop signals that end a run
+between two steps (never in the middle of one)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ from mlmtrain.config import Config, replaceable_config
 from mlmtrain.errors import UserError
 from mlmtrain.runtime.files import check_writable_folder
 from mlmtrain.runtime.progress import say
-from mlmtrain.train import checkpoint as ckpt
-from mlmtrain.train.init_from import check_added_words_file, resumed_base
+from mlmtrain.train import ownership, resume_checks
+from mlmtrain.train.init_from import check_added_words_file
+from mlmtrain.train.resolved import ResolvedRun
 
 _EVENT_FILE = re.compile(r"^events\.out\.tfevents\.")  # the name TensorBoard's writer gives its log files
 
@@ -88,7 +89,7 @@ def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool, cfg: Co
     """Refuse to mix two runs in one folder unless the user said --resume or --overwrite; check that checkpoints
     can be written there before any step is trained. In a folder that holds no run yet, refuse to replace a
     mlmtrain.yaml the user keeps there (pretrain saves the run's resolved config under that name)."""
-    checkpoints = ckpt.checkpoints_dir(run_dir)
+    checkpoints = ownership.checkpoints_dir(run_dir)
     holds_run = (run_dir / "metrics.jsonl").exists() or checkpoints.exists() or checkpoints.is_symlink()
     _refuse_blocked_folder(checkpoints, "checkpoints", removed=overwrite and holds_run)
     if "tensorboard" in cfg.train.active_trackers:  # its writer would fail on it only after tokenizing
@@ -136,10 +137,10 @@ def _remove_the_old_run(run_dir: Path) -> None:
     `tensorboard/` is removed as a link: what it points to (another disk, a folder other runs log into) is never
     listed nor deleted. If the checkpoints or tensorboard folder holds anything else (a user's notes, a fine-tuned
     model, a link), refuse before deleting anything."""
-    checkpoints, board = ckpt.checkpoints_dir(run_dir), run_dir / "tensorboard"
+    checkpoints, board = ownership.checkpoints_dir(run_dir), run_dir / "tensorboard"
     links = [folder for folder in (checkpoints, board) if folder.is_symlink()]
     ours, events = _entries(checkpoints), _entries(board)
-    theirs = [entry for entry in ours if not ckpt.written_by_mlmtrain(entry)]
+    theirs = [entry for entry in ours if not ownership.written_by_mlmtrain(entry)]
     theirs += [entry for entry in events if not (_EVENT_FILE.match(entry.name) and _plain_file(entry))]
     theirs += [run_dir / name for name in _RUN_FILES if _folder(run_dir / name)]  # unlink would fail on it, too late
     if theirs:
@@ -155,7 +156,7 @@ def _remove_the_old_run(run_dir: Path) -> None:
             link.unlink()
         for entry in ours:
             if entry.is_dir() and not entry.is_symlink():
-                ckpt.remove_checkpoint(entry)
+                ownership.remove_checkpoint(entry)
             else:
                 entry.unlink()
         for entry in events:
@@ -185,50 +186,20 @@ def _plain_file(path: Path) -> bool:
     return path.is_file() and not path.is_symlink()
 
 
-_TOKENIZER_MAKERS = ("tokenizer.", "model.init_from", "data.")  # settings that decide an extended tokenizer
-
-
-def check_before_start(cfg: Config, device: torch.device, resume_from: Optional[Path]) -> None:
+def check_before_start(run: ResolvedRun, device: torch.device) -> None:
     """Everything that would make the run fail later, checked before a tokenizer or store is (re)built:
     a model too big for the device, train.compile without the compiler it needs, and a checkpoint that belongs to
-    another model or tokenizer."""
+    another model or tokenizer (`check_resume`)."""
     from mlmtrain.model.architectures import check_model_fits
 
+    cfg = run.cfg
     check_model_fits(cfg.model, cfg.tokenizer.vocab_size, device)
     if cfg.train.compile:
         from mlmtrain.train.step import check_compile_toolchain
 
         check_compile_toolchain(device)
-    ckpt.check_latest_link(Path(cfg.train.run_dir))  # a user's folder named latest would fail the first save
-    if resume_from is None:
-        return
-    ckpt.check_complete(resume_from)
-    ckpt.check_replaceable_after(Path(cfg.train.run_dir), resume_from)
-    ckpt.check_model_shape(resume_from, cfg)
-    from mlmtrain.data.sources import corpus_splits
-    from mlmtrain.data.store import planned_tokenizer_fingerprint
-    from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
-
-    # WordPiece training is not bit-reproducible: a tokenizer trained again would not be the checkpoint's, so a
-    # resume that needs one is refused now, while the run's tokenizer and store are still intact.
-    planned = planned_tokenizer_fingerprint(cfg, corpus_splits(cfg.data)[0], resumed_base(cfg, resume_from))
-    if planned is None and cfg.model.init_from:  # the base's tokenizer would be extended anew: the run's own settings
-        changed = [c for c in ckpt.setting_changes(resume_from, cfg) if c.startswith(_TOKENIZER_MAKERS)]
-        raise UserError(
-            "checkpoint",
-            f"resuming {resume_from} needs the tokenizer it was trained with, and these settings would extend the "
-            f"base's tokenizer anew ({'; '.join(changed) or 'the tokenizer folder is missing'}); resume with that "
-            f"run's settings: --config {Path(cfg.train.run_dir) / 'mlmtrain.yaml'}",
-        )
-    if planned is None:
-        raise UserError(
-            "checkpoint",
-            f"resuming {resume_from} needs the tokenizer it was trained with, and {cfg.tokenizer_dir} "
-            "(tokenizer.path) would be trained anew (it is missing, or the corpus or tokenizer settings changed); "
-            f"resume with that run's tokenizer: --set tokenizer.pretrained={resume_from}",
-        )
-    if planned != tokenizer_fingerprint(load_tokenizer(resume_from)):
-        raise UserError("checkpoint", ckpt.other_tokenizer_message(resume_from, cfg))
+    ownership.check_latest_link(run.run_dir)  # a user's folder named latest would fail the first save
+    resume_checks.check_resume(run)
 
 
 class StopRequested:

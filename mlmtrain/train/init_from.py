@@ -272,21 +272,13 @@ def _same_tokenizer(stated: str, name: str) -> bool:
         return False
 
 
-def kept_pooler(cfg: Config, resume_from: Optional[Path]) -> Optional[dict[str, torch.Tensor]]:
+def kept_pooler(base: Optional[Path]) -> Optional[dict[str, torch.Tensor]]:
     """The pooler every checkpoint of a model.init_from run keeps, read once at the start (the folder may go away
-    during the run): the resumed checkpoint's (`resumed_base`), which kept it, else the base's; None without a base,
-    or when it has none (checkpoints then draw one from the run's seed)."""
+    during the run) from `base`, where the run reads its base (`ResolvedRun.base`: a resumed checkpoint, which kept
+    it, else the base's folder); None without a base, or when it has none (checkpoints then draw one from the seed)."""
     from mlmtrain.model.pooler import read_pooler
 
-    if not cfg.model.init_from:
-        return None
-    source = resumed_base(cfg, resume_from)
-    if source is None:
-        try:
-            source = base_folder(cfg.model.init_from)
-        except UserError:  # an older checkpoint resumed without its base: the pooler drawn from the seed
-            return None
-    return read_pooler(source)
+    return read_pooler(base) if base is not None else None
 
 
 def load_base_model(cfg: Config) -> Any:
@@ -379,13 +371,12 @@ def _positions(folder: Path) -> Optional[int]:
     return model_positions(config) if isinstance(config, dict) else None
 
 
-def second_phase_note(cfg: Config, resume_from: Optional[Path]) -> Optional[str]:
-    """The note for a run that continues a checkpoint (--resume) or a base (model.init_from) at a longer
-    data.seq_len than it was trained with (None otherwise); UserError for a seq_len beyond the checkpoint's
-    positions."""
-    if resume_from is None and not cfg.model.init_from:
+def second_phase_note(cfg: Config, folder: Optional[Path]) -> Optional[str]:
+    """The note for a run that continues `folder`, a checkpoint (--resume) or a base (model.init_from), at a longer
+    data.seq_len than it was trained with (None otherwise, and for a model from scratch: no folder); UserError for a
+    seq_len beyond its positions."""
+    if folder is None:
         return None
-    folder = resume_from if resume_from is not None else base_folder(cfg.model.init_from)
     seq_len, positions = cfg.data.seq_len, _positions(folder)
     if positions is not None and seq_len > positions:
         raise UserError(

@@ -1,4 +1,5 @@
-"""`pretrain(cfg)`: lock and claim the run folder, tokenize if needed, build the training setup, run the loop.
+"""`pretrain(cfg)`: resolve the run once (`resolved.py`), lock and claim the run folder, tokenize if needed, build
+the training setup, run the loop.
 
 Read `Loop.run` top to bottom: fetch the step's micro-batches, `train_step` (step.py), then log, evaluate and
 checkpoint on their cadence. Rank 0 alone writes; every collective is taken by every rank in the same order.
@@ -27,17 +28,13 @@ from mlmtrain.runtime.files import write_failure
 from mlmtrain.runtime.progress import Reporter, say
 from mlmtrain.runtime.trackers import check_trackers
 from mlmtrain.train import checkpoint as ckpt
-from mlmtrain.train.branch import check_branch, take_branch_tokenizer
+from mlmtrain.train import ownership
+from mlmtrain.train.branch import take_branch_tokenizer
 from mlmtrain.train.guard import RunLock, StopRequested, check_before_start, claim_run_dir
-from mlmtrain.train.init_from import (
-    kept_pooler,
-    resolve_init_from,
-    resumed_base,
-    second_phase_note,
-    write_added_words,
-)
+from mlmtrain.train.init_from import kept_pooler, second_phase_note, write_added_words
 from mlmtrain.train.objectives import Evaluation, objective_of
 from mlmtrain.train.plan import RateMeter, forecast
+from mlmtrain.train.resolved import ResolvedRun, resolve_run
 from mlmtrain.train.step import (
     StepResult,
     TrainingSetup,
@@ -59,47 +56,39 @@ def pretrain(
         raise UserError(
             "argument", "--resume and --overwrite contradict each other (--overwrite deletes the run); drop one"
         )
-    branch = check_branch(cfg, branch_from, resume) if branch_from is not None else None
-    # a mistyped folder fails now; a resumed init_from run reads its checkpoint, not the base (which may be gone)
-    resume_from = ckpt.resolve_resume(Path(cfg.train.run_dir), resume) if resume is not None else branch
-    if resume_from is not None and cfg.model.init_from:
-        ckpt.check_complete(resume_from)  # its files stand in for the base: an unfinished one is refused as such
-    resolve_init_from(cfg, resumed=resumed_base(cfg, resume_from))  # an unusable base is refused before any write
-    if branch is not None:
-        ckpt.check_model_shape(branch, cfg)  # a checkpoint of another shape is refused before the new run exists
+    run = resolve_run(cfg, resume, branch_from)  # once, before any write: a mistyped folder or a bad base fails now
     ctx = init_distributed(cfg.train.device)
     try:
-        return _pretrain(cfg, ctx, resume, overwrite, branch)
+        return _pretrain(run, ctx, overwrite)
     finally:
         teardown(ctx)
 
 
-def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: bool, branch: Optional[Path]) -> Path:
-    run_dir = Path(cfg.train.run_dir)
+def _pretrain(run: ResolvedRun, ctx: DistContext, overwrite: bool) -> Path:
+    cfg, run_dir = run.cfg, run.run_dir
     # Rank 0 alone locks, checks and tokenizes; on_main shares its verdict, so a refusal stops every rank at once.
     on_main(ctx, lambda: check_trackers(cfg.train.active_trackers, cfg.train.tensorboard))  # before any work
     task = on_main(ctx, lambda: live_task(cfg.probe))  # a bad probe task fails before anything is written
     lock = on_main(ctx, lambda: RunLock(run_dir))
     try:
-        on_main(ctx, lambda: claim_run_dir(run_dir, resume, overwrite, cfg))
-        resume_from = ckpt.resolve_resume(run_dir, resume) if resume is not None else branch
-        if branch is not None:  # the weights' own tokenizer, where the new run would otherwise train one
-            on_main(ctx, lambda: take_branch_tokenizer(cfg, branch))
+        on_main(ctx, lambda: claim_run_dir(run_dir, run.resume, overwrite, cfg))
+        if run.branched:  # the weights' own tokenizer, where the new run would otherwise train one
+            on_main(ctx, lambda: take_branch_tokenizer(cfg, run.resume_from))
         # a resume that cannot work is refused before the tokenizer or the store is rebuilt
-        on_main(ctx, lambda: check_before_start(cfg, ctx.device, resume_from))
-        note = on_main(ctx, lambda: second_phase_note(cfg, resume_from))
+        on_main(ctx, lambda: check_before_start(run, ctx.device))
+        note = on_main(ctx, lambda: second_phase_note(cfg, run.continued))
         if note and ctx.is_main:
             say(note)
         with interrupt_on_sigterm():  # tokenizing and set-up: SIGTERM says "interrupted" like Ctrl-C
-            on_main(ctx, lambda: _ensure_data(cfg, resumed_base(cfg, resume_from)))
-            if ctx.is_main and resume == "auto" and resume_from is None:
+            on_main(ctx, lambda: _ensure_data(cfg, run.resumed_base))
+            if ctx.is_main and run.resume == "auto" and run.resume_from is None:
                 say(f"no checkpoint in {run_dir}; starting a new run")
             with reproducible_compile(cfg, ctx.device):
-                return _run(cfg, ctx, run_dir, resume_from, task, branched=branch is not None)
+                return _run(run, ctx, task)
     except RuntimeError as error:
         failed = compile_failure(error)
         if failed is not None:  # e.g. a C++ compiler found but unable to build: the fix is to train without compile
-            latest = ckpt.latest_checkpoint(run_dir)
+            latest = ownership.latest_checkpoint(run_dir)
             kept = f"; the last complete checkpoint is {latest}" if latest else ""
             raise UserError(
                 "compile", f"torch.compile could not compile the model ({failed}); set train.compile: false{kept}"
@@ -115,7 +104,7 @@ def _pretrain(cfg: Config, ctx: DistContext, resume: Optional[str], overwrite: b
 def _stopped_from_outside(error: RuntimeError, run_dir: Path) -> UserError:
     """One line for a run stopped by a process it depends on: a dead DataLoader worker, or another process of the
     torchrun job gone (killed, out of memory), which the survivors learn as a broken connection in a collective."""
-    latest = ckpt.latest_checkpoint(run_dir)
+    latest = ownership.latest_checkpoint(run_dir)
     kept = f" (the last complete checkpoint is {latest})" if latest else ""
     if loader_worker_died(error):
         return UserError(
@@ -156,14 +145,8 @@ def eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
     return blocks, evaluation_blocks(blocks, cfg.train.eval_max_blocks)
 
 
-def _run(
-    cfg: Config,
-    ctx: DistContext,
-    run_dir: Path,
-    resume_from: Optional[Path],
-    task: Optional[Task],
-    branched: bool = False,
-) -> Path:
+def _run(run: ResolvedRun, ctx: DistContext, task: Optional[Task]) -> Path:
+    cfg, run_dir, resume_from = run.cfg, run.run_dir, run.resume_from
     setup = build_setup(cfg, ctx, resume_from)
     if resume_from is not None and budget_progress(cfg, setup.state) >= 1.0:  # nothing left: write nothing
         if ctx.is_main:
@@ -176,16 +159,16 @@ def _run(
     validation = eval_set(cfg, setup.tokenizer) if ctx.is_main and cfg.train.eval_every else None
     probe = LiveProbe(cfg.probe, task, setup.tokenizer, ctx.device, cfg.train.seed) if task else None
     if ctx.is_main:
-        _announce(setup, run_dir, resume_from, branched)
-    if resume_from is not None and not branched:
+        _announce(setup, run_dir, resume_from, run.branched)
+    if resume_from is not None and not run.branched:
         on_main(ctx, lambda: _set_aside_later(run_dir, setup.state.step, resume_from))
-    pooler = kept_pooler(cfg, resume_from) if ctx.is_main else None  # rank 0 alone saves
+    pooler = kept_pooler(run.base) if ctx.is_main else None  # rank 0 alone saves
     return Loop(setup, run_dir, validation, probe, pooler).run()
 
 
 def _set_aside_later(run_dir: Path, step: int, resumed: Path) -> None:
     """A run resumed from an older checkpoint: the earlier run's later checkpoints go into a folder of their own."""
-    moved = ckpt.set_aside_later(run_dir, step, resumed)
+    moved = ownership.set_aside_later(run_dir, step, resumed)
     if moved is not None:
         folder, names = moved
         say(
@@ -247,7 +230,7 @@ class Loop:
         self.pooler = pooler  # the one each checkpoint keeps (`kept_pooler`; None: drawn from the seed)
         self.probe_s = 0.0  # seconds spent probing: kept off the budget's clock
         self.start_step = setup.state.step  # pause_after applies once: a resumed run goes on past it
-        self.last_saved: Optional[Path] = ckpt.latest_checkpoint(run_dir) if self.ctx.is_main else None
+        self.last_saved: Optional[Path] = ownership.latest_checkpoint(run_dir) if self.ctx.is_main else None
         self.live_report = LiveReport(run_dir) if self.cfg.report.html else None
         self.spared: set[Path] = set()  # old checkpoints keep-last left alone because they hold a user's files
         self.shown_loss: Optional[float] = None  # the progress bar's loss: the last one read
@@ -434,10 +417,10 @@ class Loop:
                 self.pooler,
             )
             best = self.run_dir / "checkpoints" / f"step-{state.best_step}" if self.cfg.checkpoint.keep_best else None
-            for old, foreign in ckpt.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, keep=best):
+            for old, foreign in ownership.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, keep=best):
                 if old not in self.spared:  # said once per folder, not at every save
                     self.spared.add(old)
-                    say(f"kept {old} past checkpoint.keep_last: {ckpt.why_spared(foreign)}; delete it if unneeded")
+                    say(f"kept {old} past checkpoint.keep_last: {ownership.why_spared(foreign)}; delete it if unneeded")
             if self.live_report is not None:
                 self.live_report.refresh()  # never raises: a failed page must not stop the run
             return folder

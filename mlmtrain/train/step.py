@@ -41,6 +41,7 @@ from mlmtrain.model.optim import (
 from mlmtrain.runtime.distributed import DistContext, all_reduce_sum
 from mlmtrain.runtime.progress import say
 from mlmtrain.train import checkpoint as ckpt
+from mlmtrain.train import resume_checks
 from mlmtrain.train.objectives import Objective, objective_of
 from mlmtrain.train.precision import Precision, resolve_precision
 
@@ -172,17 +173,11 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
     state, saved = TrainState(), {}
     if resume_from is not None:
         saved = ckpt.load_training_state(resume_from)
-        mlm = ckpt.load_resume_model(resume_from, cfg, fingerprint)
+        mlm = resume_checks.load_resume_model(resume_from, cfg, fingerprint)
         objective.restore_training_state(mlm, saved)  # what it trains beside the saved model (a projection)
-        dropout_changed = ckpt.dropout_changes(resume_from, cfg)  # applied by load_resume_model
-        if dropout_changed and ctx.is_main:
-            say(f"note: dropout from the config replaces the checkpoint's ({'; '.join(dropout_changed)})")
-        setting_changed = ckpt.setting_changes(resume_from, cfg)
-        if setting_changed and ctx.is_main:
-            say(
-                f"note: resuming with training settings other than the checkpoint's ({'; '.join(setting_changed)}); "
-                "the run goes on under the config's, so it will not reproduce an uninterrupted run"
-            )
+        if ctx.is_main:  # the config's dropout applies (load_resume_model); its other settings differ from the run's
+            for note in resume_checks.resume_notes(resume_from, cfg):
+                say(note)
         state = TrainState(**saved["train_state"])
         # micro_batches counts this rank's micro-batches; another world size or micro-batch takes the same global
         # batches in other bites, so carry the position over in whole global batches.

@@ -19,6 +19,7 @@ import pytest
 
 from mlmtrain.config import load_config
 from mlmtrain.train import checkpoint as ckpt
+from mlmtrain.train import ownership
 
 from ..helpers import QUICK, assert_one_error_line, run_cli, set_options, snapshot
 
@@ -60,7 +61,7 @@ def resume(capsys: pytest.CaptureFixture, tiny_data: Path, run_dir: Path) -> tup
 
 
 def steps(run_dir: Path) -> set[str]:
-    return {p.name for p in ckpt.checkpoints_dir(run_dir).glob("step-*")}
+    return {p.name for p in ownership.checkpoints_dir(run_dir).glob("step-*")}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,7 +87,7 @@ def test_overwrite_removes_a_linked_tensorboard_folder_as_a_link(
 def test_overwrite_removes_a_linked_checkpoints_folder_as_a_link(
     finished_run: Path, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    checkpoints = ckpt.checkpoints_dir(finished_run)
+    checkpoints = ownership.checkpoints_dir(finished_run)
     elsewhere = tmp_path / "elsewhere"
     checkpoints.rename(elsewhere)  # the old run's checkpoints, kept on another disk behind a link
     checkpoints.symlink_to(elsewhere, target_is_directory=True)
@@ -102,7 +103,7 @@ def test_overwrite_refuses_a_link_it_did_not_make_inside_a_checkpoint_and_delete
 ) -> None:
     shared = shared_folder(tmp_path, "corpus.txt")
     (finished_run / "tensorboard").symlink_to(shared, target_is_directory=True)  # would be removed, but not yet
-    (ckpt.checkpoints_dir(finished_run) / "step-2" / "data").symlink_to(shared, target_is_directory=True)
+    (ownership.checkpoints_dir(finished_run) / "step-2" / "data").symlink_to(shared, target_is_directory=True)
     assert_overwrite_refused(capsys, tiny_data, finished_run, "step-2")
     assert (finished_run / "tensorboard").is_symlink()
     assert (shared / "corpus.txt").exists()
@@ -125,7 +126,7 @@ def test_keep_last_keeps_an_old_checkpoint_holding_a_link_and_says_so(
 ) -> None:
     """A link to a folder inside an old checkpoint was removed with no word when keep_last pruned it."""
     shared = shared_folder(tmp_path, "corpus.txt")
-    old = ckpt.checkpoints_dir(finished_run) / "step-2"
+    old = ownership.checkpoints_dir(finished_run) / "step-2"
     (old / "data").symlink_to(shared, target_is_directory=True)
     code, lines = resume(capsys, tiny_data, finished_run)
     assert code == 0, lines
@@ -139,10 +140,10 @@ def test_a_checkpoints_link_to_a_missing_folder_is_one_line_before_training(
 ) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    ckpt.checkpoints_dir(run_dir).symlink_to(tmp_path / "unmounted-disk", target_is_directory=True)
+    ownership.checkpoints_dir(run_dir).symlink_to(tmp_path / "unmounted-disk", target_is_directory=True)
     code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, run_dir, **QUICK))
     assert code == 2
-    assert_one_error_line(lines, str(ckpt.checkpoints_dir(run_dir)), "does not exist", "remove the link")
+    assert_one_error_line(lines, str(ownership.checkpoints_dir(run_dir)), "does not exist", "remove the link")
     assert not (run_dir / "metrics.jsonl").exists()
 
 
@@ -175,16 +176,16 @@ def test_a_lock_file_that_is_a_link_is_one_line_and_its_target_untouched(
 
 def leftover(run_dir: Path, name: str, source: str = "step-4", drop: tuple[str, ...] = ()) -> Path:
     """A copy of a checkpoint of the run under a killed save's name (without the files in `drop`)."""
-    folder = ckpt.checkpoints_dir(run_dir) / name
-    shutil.copytree(ckpt.checkpoints_dir(run_dir) / source, folder)  # copy2 keeps the sizes and times recorded
+    folder = ownership.checkpoints_dir(run_dir) / name
+    shutil.copytree(ownership.checkpoints_dir(run_dir) / source, folder)  # copy2 keeps the sizes and times recorded
     for dropped in drop:
         (folder / dropped).unlink()
     return folder
 
 
 USERS_LEFTOVERS = {
-    "a save killed before its record": (".tmp-step-6-{pid}", (ckpt.MANIFEST_FILE, ckpt.COMPLETE)),
-    "a save killed before the rename": (".tmp-step-6-{pid}", (ckpt.COMPLETE,)),
+    "a save killed before its record": (".tmp-step-6-{pid}", (ownership.MANIFEST_FILE, ownership.COMPLETE)),
+    "a save killed before the rename": (".tmp-step-6-{pid}", (ownership.COMPLETE,)),
     "a checkpoint moved aside": (".old-step-2-{pid}", ()),
 }
 
@@ -210,10 +211,10 @@ def test_leftovers_of_killed_saves_are_still_removed(
     the link that was to become `latest`."""
     pid = dead_pid()
     planted = [
-        leftover(finished_run, f".tmp-step-6-{pid}", drop=(ckpt.MANIFEST_FILE, ckpt.COMPLETE)),
-        leftover(finished_run, f".tmp-step-8-{pid}-0123abcd", drop=(ckpt.COMPLETE,)),
+        leftover(finished_run, f".tmp-step-6-{pid}", drop=(ownership.MANIFEST_FILE, ownership.COMPLETE)),
+        leftover(finished_run, f".tmp-step-8-{pid}-0123abcd", drop=(ownership.COMPLETE,)),
         leftover(finished_run, f".old-step-2-{pid}-0123abcd", source="step-2"),
-        ckpt.checkpoints_dir(finished_run) / f".latest-{pid}",
+        ownership.checkpoints_dir(finished_run) / f".latest-{pid}",
     ]
     planted[-1].symlink_to("step-2")
     code, lines = command(capsys, tiny_data, finished_run)
@@ -235,7 +236,7 @@ def save_a_classifier_over(folder: Path) -> None:
 def test_keep_last_keeps_a_checkpoint_a_fine_tuned_model_was_saved_into(
     finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    old = ckpt.checkpoints_dir(finished_run) / "step-2"
+    old = ownership.checkpoints_dir(finished_run) / "step-2"
     save_a_classifier_over(old)
     before = snapshot(old)
     code, lines = resume(capsys, tiny_data, finished_run)
@@ -246,24 +247,24 @@ def test_keep_last_keeps_a_checkpoint_a_fine_tuned_model_was_saved_into(
 
 
 def test_a_file_rewritten_with_the_same_size_still_keeps_its_checkpoint(finished_run: Path) -> None:
-    folder = ckpt.checkpoints_dir(finished_run) / "step-2"
+    folder = ownership.checkpoints_dir(finished_run) / "step-2"
     weights = folder / "model.safetensors"
     weights.write_bytes(bytes(reversed(weights.read_bytes())))
-    assert ckpt.foreign_files(folder) == ["model.safetensors changed since saved"]
-    assert not ckpt.written_by_mlmtrain(folder)
+    assert ownership.foreign_files(folder) == ["model.safetensors changed since saved"]
+    assert not ownership.written_by_mlmtrain(folder)
 
 
 def test_overwrite_refuses_a_fine_tuned_model_saved_into_a_checkpoint(
     finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    save_a_classifier_over(ckpt.checkpoints_dir(finished_run) / "step-4")
+    save_a_classifier_over(ownership.checkpoints_dir(finished_run) / "step-4")
     assert_overwrite_refused(capsys, tiny_data, finished_run, "step-4")
 
 
 def test_overwrite_refuses_a_changed_checkpoint_among_the_superseded_ones(
     finished_run: Path, tiny_data: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    checkpoints = ckpt.checkpoints_dir(finished_run)
+    checkpoints = ownership.checkpoints_dir(finished_run)
     aside = checkpoints / "superseded-at-step-2"
     aside.mkdir()
     (checkpoints / "step-4").rename(aside / "step-4")  # as a resume from step-2 sets the later steps aside
@@ -276,9 +277,9 @@ def test_a_checkpoint_whose_record_names_its_files_only_is_kept_as_unprovable(
 ) -> None:
     """An earlier mlmtrain recorded names only, which a model saved over the checkpoint reuses: nothing in such a
     checkpoint is provably mlmtrain's, so keep_last keeps it and says so."""
-    old = ckpt.checkpoints_dir(finished_run) / "step-2"
-    record = json.loads((old / ckpt.MANIFEST_FILE).read_text())
-    (old / ckpt.MANIFEST_FILE).write_text(json.dumps({key: record[key] for key in ("step", "files")}))
+    old = ownership.checkpoints_dir(finished_run) / "step-2"
+    record = json.loads((old / ownership.MANIFEST_FILE).read_text())
+    (old / ownership.MANIFEST_FILE).write_text(json.dumps({key: record[key] for key in ("step", "files")}))
     code, lines = resume(capsys, tiny_data, finished_run)
     assert code == 0, lines
     assert "step-2" in steps(finished_run)
@@ -300,9 +301,9 @@ def test_an_electra_checkpoint_records_its_generator_and_its_unrecorded_leftover
     cfg = load_config(None, [*TINY, f"train.run_dir={tmp_path / 'run'}"])
     pair = build_electra(cfg, VocabInfo.from_tokenizer(tokenizer))
     folder = ckpt.save_checkpoint(tmp_path / "run", 3, pair, tokenizer, cfg, {"step": 3})
-    recorded = json.loads((folder / ckpt.MANIFEST_FILE).read_text())["written"]
-    assert f"{GENERATOR_DIR}/model.safetensors" in recorded and ckpt.foreign_files(folder) == []
-    killed = leftover(tmp_path / "run", f".tmp-step-6-{dead_pid()}", source="step-3", drop=(ckpt.MANIFEST_FILE,))
-    assert ckpt.written_by_mlmtrain(killed)
+    recorded = json.loads((folder / ownership.MANIFEST_FILE).read_text())["written"]
+    assert f"{GENERATOR_DIR}/model.safetensors" in recorded and ownership.foreign_files(folder) == []
+    killed = leftover(tmp_path / "run", f".tmp-step-6-{dead_pid()}", source="step-3", drop=(ownership.MANIFEST_FILE,))
+    assert ownership.written_by_mlmtrain(killed)
     (killed / GENERATOR_DIR / "notes.txt").write_text("mine")
-    assert not ckpt.written_by_mlmtrain(killed)
+    assert not ownership.written_by_mlmtrain(killed)

@@ -475,7 +475,7 @@ def test_keep_last_spares_an_old_checkpoint_that_holds_a_users_file(
 
 
 def test_a_checkpoint_lists_every_file_its_writer_put_there(finished_run: Path) -> None:
-    from mlmtrain.train.checkpoint import MANIFEST_FILE, foreign_files
+    from mlmtrain.train.ownership import MANIFEST_FILE, foreign_files
 
     folder = finished_run / "checkpoints" / "step-4"
     listed = json.loads((folder / MANIFEST_FILE).read_text())["files"]

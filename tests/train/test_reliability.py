@@ -26,6 +26,7 @@ import torch
 from mlmtrain.config import load_config
 from mlmtrain.errors import UserError
 from mlmtrain.train import checkpoint as ckpt
+from mlmtrain.train import ownership
 from mlmtrain.train.loop import pretrain
 
 from ..helpers import (
@@ -52,7 +53,7 @@ from ..helpers import (
 
 
 def temporary_folders(run_dir: Path) -> list[Path]:
-    folder = ckpt.checkpoints_dir(run_dir)
+    folder = ownership.checkpoints_dir(run_dir)
     return sorted(p for p in folder.iterdir() if p.name.startswith(".tmp-")) if folder.is_dir() else []
 
 
@@ -112,15 +113,15 @@ def test_kill_9_at_random_moments_then_resume_equals_an_uninterrupted_run(tiny_d
             # What a kill can leave besides complete checkpoints: a temporary folder that already holds COMPLETE
             # (killed between the marker and the rename; this one's "writer", another live process, is alive, so it
             # stays), and a newer step folder without COMPLETE.
-            planted = shutil.copytree(newest, ckpt.checkpoints_dir(run_dir) / f".tmp-step-998-{os.getppid()}")
-            unmarked = shutil.copytree(newest, ckpt.checkpoints_dir(run_dir) / "step-999")
-            (unmarked / ckpt.COMPLETE).unlink()
-            assert ckpt.latest_checkpoint(run_dir) == newest
+            planted = shutil.copytree(newest, ownership.checkpoints_dir(run_dir) / f".tmp-step-998-{os.getppid()}")
+            unmarked = shutil.copytree(newest, ownership.checkpoints_dir(run_dir) / "step-999")
+            (unmarked / ownership.COMPLETE).unlink()
+            assert ownership.latest_checkpoint(run_dir) == newest
     assert kills_during_write >= 1, "no kill landed while a checkpoint was being written"
 
     with one_thread():  # the last resume in-process: the killed runs 2 and 3 already resumed through a process
         pretrain(load_config(None, tiny_overrides(tiny_data, **KILL_RUN, **{"train.run_dir": str(run_dir)})), "auto")
-    assert ckpt.latest_checkpoint(run_dir).name == "step-40"
+    assert ownership.latest_checkpoint(run_dir).name == "step-40"
     assert temporary_folders(run_dir) == [planted]  # the killed saves' leftovers were cleared by the next save
     assert_same_weights(run_dir / "checkpoints" / "step-40", whole / "checkpoints" / "step-40")
     # every step any of the runs logged (killed ones included) matches the uninterrupted run, and each
@@ -144,7 +145,7 @@ def test_resuming_an_older_checkpoint_replaces_the_later_ones_whole(tiny_config,
     assert os.stat(again).st_ino != first_folder  # a new folder swapped in, not files written over the old one
     assert all(torch.equal(first_step_4[key], value) for key, value in weights(again).items())
     assert assert_checkpoints_sound(run_dir).name == "step-6"
-    assert not temporary_folders(run_dir) and not list(ckpt.checkpoints_dir(run_dir).glob(".old-*"))
+    assert not temporary_folders(run_dir) and not list(ownership.checkpoints_dir(run_dir).glob(".old-*"))
 
 
 def test_a_run_resumed_from_an_older_checkpoint_sets_the_later_ones_aside_and_keeps_its_own(
@@ -157,7 +158,7 @@ def test_a_run_resumed_from_an_older_checkpoint_sets_the_later_ones_aside_and_ke
     run_dir = tmp_path / "run"
     options = set_options(tiny_data, run_dir, **SAVE_RUN, **{"checkpoint.keep_last": 0})
     assert run_cli(capsys, "pretrain", *options)[0] == 0
-    root = ckpt.checkpoints_dir(run_dir)
+    root = ownership.checkpoints_dir(run_dir)
     earlier = {name: (root / name / "model.safetensors").read_bytes() for name in ("step-4", "step-6")}
     older = root / "step-2"
     resumed = [*options, "--set", "checkpoint.keep_last=2"]
@@ -171,7 +172,7 @@ def test_a_run_resumed_from_an_older_checkpoint_sets_the_later_ones_aside_and_ke
     assert assert_checkpoints_sound(run_dir).name == "step-3"
     code, lines = run_cli(capsys, "pretrain", *resumed, "--resume", "auto")
     assert code == 0 and any("at step 3" in line for line in lines), lines
-    assert [p.name for _, p in ckpt.complete_checkpoints(run_dir)] == ["step-4", "step-6"]
+    assert [p.name for _, p in ownership.complete_checkpoints(run_dir)] == ["step-4", "step-6"]
     # --overwrite knows the folder as mlmtrain's and removes it with the rest of the run
     assert run_cli(capsys, "pretrain", *options, "--overwrite")[0] == 0
     assert not aside.exists()
@@ -309,10 +310,10 @@ WRITE_FAULTS = {"weights": _fail_weights, "training-state": _fail_state, "fsync"
 
 def assert_failed_save_left_no_trace(run_dir: Path, failed_step: int, kept_step: int) -> None:
     assert not temporary_folders(run_dir), temporary_folders(run_dir)
-    assert not (ckpt.checkpoints_dir(run_dir) / f"step-{failed_step}").exists()
+    assert not (ownership.checkpoints_dir(run_dir) / f"step-{failed_step}").exists()
     kept = assert_checkpoints_sound(run_dir)
     assert kept.name == f"step-{kept_step}"
-    assert (ckpt.checkpoints_dir(run_dir) / "latest").resolve() == kept.resolve()
+    assert (ownership.checkpoints_dir(run_dir) / "latest").resolve() == kept.resolve()
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="the fsync fault finds files through /proc")
@@ -367,7 +368,7 @@ def test_a_write_error_on_the_runs_config_before_the_first_step_is_one_line(
         code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, run_dir, **SAVE_RUN))
     assert code == 2
     assert_one_error_line(lines, "mlmtrain: run: could not write the run's config in", str(run_dir), "free disk")
-    assert not ckpt.checkpoints_dir(run_dir).exists()
+    assert not ownership.checkpoints_dir(run_dir).exists()
 
 
 def _mount_tmpfs(folder: Path, size: str) -> bool:
@@ -421,7 +422,7 @@ def _truncate_state(folder: Path, tiny_data: Path, tmp: Path) -> None:
 
 
 def _remove_marker(folder: Path, tiny_data: Path, tmp: Path) -> None:
-    (folder / ckpt.COMPLETE).unlink()
+    (folder / ownership.COMPLETE).unlink()
 
 
 def _other_model_size(folder: Path, tiny_data: Path, tmp: Path) -> None:
@@ -447,7 +448,7 @@ CHECKPOINT_DAMAGE = {
     "missing-training-state": (_remove_state, ckpt.STATE_FILE),
     "garbage-training-state": (_garble_state, "damaged"),
     "truncated-training-state": (_truncate_state, "damaged"),
-    "no-complete-marker": (_remove_marker, ckpt.COMPLETE),
+    "no-complete-marker": (_remove_marker, ownership.COMPLETE),
     "other-model-size": (_other_model_size, "hidden_size=48"),
     "other-tokenizer": (_other_tokenizer, "another tokenizer than {tokenizer} (tokenizer.path)"),
 }
@@ -515,7 +516,7 @@ def test_nonfinite_loss_stops_with_one_line_and_no_nan_checkpoint(
     code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, run_dir, **absurd))
     assert code == 2
     assert_one_error_line(lines, "mlmtrain: train: ", "non-finite", "optim.lr")
-    folders = sorted(ckpt.checkpoints_dir(run_dir).glob("step-*"))
+    folders = sorted(ownership.checkpoints_dir(run_dir).glob("step-*"))
     for folder in folders:
         assert all(torch.isfinite(t).all() for t in weights(folder).values()), folder
     assert not temporary_folders(run_dir)
@@ -543,7 +544,7 @@ def test_second_run_on_the_same_run_dir_refuses_and_the_first_is_unharmed(
     steps = [line["step"] for line in metrics(run_dir) if "loss" in line]
     assert steps == list(range(1, 61))  # one run's lines, nothing interleaved
     assert assert_checkpoints_sound(run_dir).name == "step-60"
-    assert len(ckpt.complete_checkpoints(run_dir)) == 3  # keep_last
+    assert len(ownership.complete_checkpoints(run_dir)) == 3  # keep_last
 
 
 # ---------------------------------------------------------------------------------------------

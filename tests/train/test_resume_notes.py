@@ -11,6 +11,8 @@ import pytest
 
 from mlmtrain.config import load_config
 from mlmtrain.train import checkpoint as ckpt
+from mlmtrain.train import ownership, resume_checks
+from mlmtrain.train.loop import pretrain
 
 from ..helpers import FINISHED, run_cli, set_options, snapshot, tiny_overrides
 
@@ -33,7 +35,7 @@ def test_a_finished_run_with_a_larger_budget_goes_on(
     options = set_options(tiny_data, finished_run, **{**FINISHED, "train.max_steps": 6})
     code, lines = run_cli(capsys, "pretrain", *options, "--resume", "auto")
     assert code == 0, lines
-    assert ckpt.latest_checkpoint(finished_run).name == "step-6"
+    assert ownership.latest_checkpoint(finished_run).name == "step-6"
     assert "train.max_steps: 4 -> 6" in "\n".join(lines)  # the one setting changed is named
 
 
@@ -53,10 +55,10 @@ def test_a_resume_names_every_training_setting_that_changed(
 
 def test_a_resume_with_the_same_settings_adds_no_note(finished_run: Path, tiny_data: Path) -> None:
     cfg = load_config(None, tiny_overrides(tiny_data, **{**FINISHED, "train.run_dir": str(finished_run)}))
-    assert ckpt.setting_changes(finished_run / "checkpoints" / "step-4", cfg) == []
+    assert resume_checks.setting_changes(finished_run / "checkpoints" / "step-4", cfg) == []
     (finished_run / "checkpoints" / "step-4" / "mlmtrain.yaml").unlink()
     changed = load_config(None, tiny_overrides(tiny_data, **{**FINISHED, "train.seed": 3}))
-    assert ckpt.setting_changes(finished_run / "checkpoints" / "step-4", changed) == []  # nothing to compare with
+    assert resume_checks.setting_changes(finished_run / "checkpoints" / "step-4", changed) == []  # nothing to compare
 
 
 def test_every_setting_that_changes_training_is_named_electras_too(tmp_path: Path) -> None:
@@ -66,7 +68,19 @@ def test_every_setting_that_changes_training_is_named_electras_too(tmp_path: Pat
     saved = load_config(None, ["train.objective=electra"])
     save_config(saved, tmp_path)
     changed = load_config(None, ["train.objective=electra", "electra.discriminator_weight=20", "electra.temperature=2"])
-    assert ckpt.setting_changes(tmp_path, changed) == [
+    assert resume_checks.setting_changes(tmp_path, changed) == [
         "electra.discriminator_weight: 50.0 -> 20.0",
         "electra.temperature: 1.0 -> 2.0",
     ]
+
+
+def test_a_resume_resolves_its_checkpoint_once(
+    finished_run: Path, tiny_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pretrain resolves --resume once into the run it plans; the checks, the tokenizer and the loop read that."""
+    resolved = []
+    resolve = ckpt.resolve_resume
+    monkeypatch.setattr(ckpt, "resolve_resume", lambda *args: resolved.append(args) or resolve(*args))
+    cfg = load_config(None, tiny_overrides(tiny_data, **{**FINISHED, "train.run_dir": str(finished_run)}))
+    assert pretrain(cfg, resume="auto") == ownership.latest_checkpoint(finished_run).resolve()
+    assert resolved == [(finished_run, "auto")]

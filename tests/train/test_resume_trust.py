@@ -19,6 +19,7 @@ import torch
 from mlmtrain.config import load_config
 from mlmtrain.errors import UserError
 from mlmtrain.train import checkpoint as ckpt
+from mlmtrain.train import ownership
 from mlmtrain.train.loop import pretrain
 
 from ..helpers import QUICK, assert_one_error_line, run_cli, set_options
@@ -63,7 +64,7 @@ def test_a_training_state_that_would_run_code_is_refused_and_never_runs(
         assert not ran.exists(), "the pickled payload ran"
     assert code == 2
     assert_one_error_line(lines, f"mlmtrain: checkpoint: {state} ", "exec", "never unpickled")
-    assert ckpt.latest_checkpoint(finished_run).name == "step-4"  # nothing trained, nothing saved
+    assert ownership.latest_checkpoint(finished_run).name == "step-4"  # nothing trained, nothing saved
 
 
 def test_a_model_folder_whose_pytorch_weights_would_run_code_is_refused_and_never_runs(
@@ -148,7 +149,7 @@ def test_resuming_with_another_model_shape_is_refused(key: str, finished_run: Pa
     with pytest.raises(UserError, match="step-4 was trained with") as refused:
         pretrain(cfg, resume="auto")
     assert saved in refused.value.message and said in refused.value.message and key in refused.value.message
-    assert ckpt.latest_checkpoint(finished_run).name == "step-4"
+    assert ownership.latest_checkpoint(finished_run).name == "step-4"
 
 
 def test_a_checkpoint_whose_config_json_has_another_architecture_key_is_refused(

@@ -148,7 +148,7 @@ def test_a_tracker_that_is_not_installed_is_one_line_before_any_work(
 def test_trackers_are_validated() -> None:
     with pytest.raises(UserError, match="train.trackers"):
         load_config(None, ["train.trackers=[neptune]"])
-    with pytest.raises(UserError, match="train.trackers names a tracker twice"):
+    with pytest.raises(UserError, match="train.trackers must not name a tracker twice"):
         load_config(None, ["train.trackers=[mlflow, mlflow]"])
     legacy = load_config(None, ["train.tensorboard=true", "train.trackers=[mlflow]"])
     assert legacy.train.active_trackers == ["mlflow", "tensorboard"]
