@@ -10,7 +10,7 @@ import pytest
 
 import mlmtrain
 
-PACKAGE = Path(__file__).resolve().parents[1] / "mlmtrain"
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "mlmtrain"
 # README's "Where the code lives", bottom-up: a module imports its own sub-package and the levels below its own;
 # only the base modules of level 0 import one another, and modules side by side on a level never do
 LEVELS = {

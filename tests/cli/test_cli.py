@@ -113,3 +113,17 @@ def test_config_show_prints_resolved_yaml() -> None:
     done = mlmtrain("config", "show", "--set", "optim.lr=0.002")
     assert done.returncode == 0
     assert "lr: 0.002" in done.stdout
+
+
+@pytest.mark.oldpins
+def test_a_folder_named_mlmtrain_where_python_runs_never_shadows_the_package(tmp_path: Path) -> None:
+    """A clone of the repository is a folder named mlmtrain: run from the folder that holds it, `python -m mlmtrain`
+    and the Python API still find the installed package (the src layout)."""
+    (tmp_path / "mlmtrain" / "docs").mkdir(parents=True)
+    done = mlmtrain("--version", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("mlmtrain "), done.stderr
+    api = subprocess.run(
+        [sys.executable, "-c", "from mlmtrain import load_config; print(load_config(None).train.max_steps)"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert api.returncode == 0 and api.stdout.strip() == "1000", api.stderr

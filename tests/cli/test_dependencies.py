@@ -37,7 +37,7 @@ def imported_packages(folder: Path) -> set[str]:
 def test_every_package_the_package_imports_is_declared() -> None:
     required = requirement_names(PYPROJECT["dependencies"])
     optional = set().union(*(requirement_names(r) for r in PYPROJECT["optional-dependencies"].values()))
-    imported = {DISTRIBUTION.get(name, name) for name in imported_packages(REPO / "mlmtrain")}
+    imported = {DISTRIBUTION.get(name, name) for name in imported_packages(REPO / "src" / "mlmtrain")}
     assert imported - required - optional == set()
     scripts = {DISTRIBUTION.get(name, name) for name in imported_packages(REPO / "scripts")}
     assert scripts - required - optional == set()

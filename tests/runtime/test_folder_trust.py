@@ -167,7 +167,7 @@ def _loader_name(call: ast.Call, helper_imported: bool) -> str | None:
 
 def _unguarded_loader_calls() -> list[str]:
     found = []
-    for path in sorted([*(ROOT / "mlmtrain").rglob("*.py"), *(ROOT / "scripts").rglob("*.py")]):
+    for path in sorted([*(ROOT / "src" / "mlmtrain").rglob("*.py"), *(ROOT / "scripts").rglob("*.py")]):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         helper_imported = any(
             isinstance(node, ast.ImportFrom)
