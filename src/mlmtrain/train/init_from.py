@@ -288,7 +288,7 @@ def load_base_model(cfg: Config) -> Any:
 
     folder = base_folder(cfg.model.init_from)
     with quiet_transformers():
-        model = base_family(model_config(folder)).load(folder, cfg.model, dtype=torch.float32)
+        model = base_family(model_config(folder)).load(folder, cfg.model).float()  # float32 whatever it was saved in
     add_word_rows(model, cfg)
     return model
 

@@ -87,7 +87,7 @@ class Distill(MaskedLanguageModel):
 
         folder = base_folder(self.cfg.distill.teacher, KEY)
         with quiet_transformers():
-            return base_family(self.teacher_config).load(folder, self.cfg.model, dtype=torch.float32)
+            return base_family(self.teacher_config).load(folder, self.cfg.model).float()  # float32, as trained
 
     def teacher_shape(self) -> ModelConfig:
         """The teacher's shape as a model section."""
