@@ -134,6 +134,8 @@ def family_tokenizer(family: str, mask: bool = True):
 def write_family_base(folder: Path, family: str, tokenizer=None) -> Path:
     """A tiny masked LM of `family` (its transformers class, random weights from a fixed seed) and its tokenizer."""
     tokenizer = tokenizer or family_tokenizer(family)
+    if family in ("distilbert", "modernbert"):  # as their published tokenizers say: these models take no token types
+        tokenizer.model_input_names = tokenizer.init_kwargs["model_input_names"] = ["input_ids", "attention_mask"]
     torch.manual_seed(7)
     FAMILIES[family][1](tokenizer).save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))
