@@ -35,9 +35,10 @@ def test_the_forecast_names_the_budget_that_ends_the_run_first(budgets: list[str
     assert forecast(load_config(None, budgets), state, 0.0, 1000.0) is None  # no rate yet: no forecast
 
 
-def test_the_rate_leaves_out_the_first_step_and_waits_for_enough_steps() -> None:
-    meter = RateMeter(min_steps=3, min_seconds=100.0)
-    meter.add(50.0, 64)  # the first step: slow, and only starts the clock
+def test_the_rate_leaves_out_the_first_steps_and_waits_for_enough_steps() -> None:
+    meter = RateMeter(min_steps=3, min_seconds=100.0, skip=2)
+    meter.add(10.0, 64)  # the first steps are slow: left out
+    meter.add(50.0, 64)  # the clock starts here
     for now in (51.0, 51.5, 52.0):
         assert not meter.ready()
         meter.add(now, 64)
@@ -48,12 +49,13 @@ def test_the_rate_leaves_out_the_first_step_and_waits_for_enough_steps() -> None
 def test_a_run_plans_names_what_ended_it_and_logs_its_last_steps(
     tiny_config: Callable, capsys: pytest.CaptureFixture
 ) -> None:
-    run_dir = Path(pretrain(tiny_config(**{"train.max_steps": 13, "train.log_every": 5}))).parent.parent
+    settings = {"train.max_steps": 33, "train.log_every": 10, "train.eval_every": 0, "checkpoint.save_every": 0}
+    run_dir = Path(pretrain(tiny_config(**settings))).parent.parent
     err = capsys.readouterr().err
-    assert "plan: 13 steps, until train.max_steps ends the run, at" in err
+    assert "plan: 33 steps, until train.max_steps ends the run, at" in err
     assert "until train.max_steps ended the run" in err
     logged = [line["step"] for line in metrics(run_dir) if "loss" in line]
-    assert logged == [5, 10, 13]  # the last three steps have their line, as the full windows do
+    assert logged == [10, 20, 30, 33]  # the last three steps have their line, as the full windows do
 
 
 def test_a_time_budget_stretches_the_warm_up_and_a_run_ending_inside_its_warm_up_is_flagged(

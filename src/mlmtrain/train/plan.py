@@ -58,18 +58,22 @@ def duration(seconds: float) -> str:
 
 
 class RateMeter:
-    """Steps and tokens per second since the run's first step ended (the first is slow: allocation, compiling), for
-    the forecast; `ready` once enough steps or seconds have passed to trust it."""
+    """Steps and tokens per second once the run's first `skip` steps are behind it (they run slow: allocation,
+    compiling, the loader's first batches), for the forecast; `ready` once enough steps or seconds have passed to
+    trust it."""
 
-    def __init__(self, min_steps: int = 10, min_seconds: float = 30.0) -> None:
-        self.min_steps, self.min_seconds = min_steps, min_seconds
+    def __init__(self, min_steps: int = 20, min_seconds: float = 30.0, skip: int = 5) -> None:
+        self.min_steps, self.min_seconds, self.skip = min_steps, min_seconds, skip
         self.started: Optional[float] = None
-        self.steps, self.tokens = 0, 0
+        self.seen, self.steps, self.tokens = 0, 0, 0
 
     def add(self, now: float, tokens: int) -> None:
         """One step ended at `now` (perf_counter seconds) with `tokens` tokens."""
+        self.seen += 1
+        if self.seen < self.skip:
+            return
         if self.started is None:
-            self.started = now  # the clock starts after the first step
+            self.started = now  # the clock starts once the slow first steps are done
             return
         self.steps += 1
         self.tokens += tokens
