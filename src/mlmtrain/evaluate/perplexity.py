@@ -336,7 +336,10 @@ def load_masked_lm(folder: Union[str, Path]) -> tuple[Any, Any]:
 
     folder = Path(folder)
     check_checkpoint_folder(folder)
-    model_config(folder)  # no code of the folder's, and every key read here of the right type
+    written = model_config(folder)  # no code of the folder's, and every key read here of the right type
+    family = family_of(written["model_type"])
+    if family is not None:
+        family.check_runs(written, folder)
     with quiet_transformers():
         try:
             config = from_pretrained(AutoConfig, folder)

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from mlmtrain.config import ModelConfig
-from mlmtrain.runtime.model_folder import from_pretrained
+from mlmtrain.errors import UserError
+from mlmtrain.runtime.model_folder import from_pretrained, model_config
 
 # a masked-LM head split at its vocabulary projection: (transform of hidden states, decoder weight, decoder bias), so
 # the projection runs on the selected rows only
@@ -40,6 +41,20 @@ def _distilbert_head(mlm: Any) -> Head:
 
 def _modernbert_head(mlm: Any) -> Head:
     return mlm.head, mlm.decoder.weight, mlm.decoder.bias
+
+
+def _deberta_blocker(config: Mapping[str, Any]) -> Optional[str]:
+    """DeBERTa's v3 head (config.json `legacy: false`) under transformers 4.x, which ties that head's dense layer to the
+    word embeddings and so cannot run it."""
+    import transformers
+
+    if config.get("legacy", True) is False and int(transformers.__version__.split(".")[0]) < 5:
+        return (
+            f"holds a DeBERTa with the v3 masked-LM head (config.json legacy: false), which transformers "
+            f"{transformers.__version__} cannot run (4.x ties that head's dense layer to the word embeddings): "
+            "install transformers>=5"
+        )
+    return None
 
 
 def _deberta_head(mlm: Any) -> Head:
@@ -81,6 +96,8 @@ class Family:
     objectives: tuple[str, ...] = ("mlm",)
     unused_positions: Callable[[Mapping[str, Any]], int] = lambda config: 0
     layers: str = "encoder.layer"  # the encoder's list of transformer layers, below `encoder`
+    # why the installed transformers cannot run the model of config.json `config`; None when it can
+    blocker: Callable[[Mapping[str, Any]], Optional[str]] = lambda config: None
 
     def masked_lm_class(self) -> Any:
         import transformers
@@ -96,8 +113,16 @@ class Family:
         values = {"hidden_dropout": model.hidden_dropout_prob, "attention_dropout": model.attention_dropout_prob}
         return {name: values[key] for key, name in self.dropout.items()}
 
+    def check_runs(self, config: Mapping[str, Any], where: Union[str, Path]) -> None:
+        """A UserError when the installed transformers cannot run the model of `where`, whose config.json is
+        `config`."""
+        reason = self.blocker(config)
+        if reason:
+            raise UserError("model", f"{where} {reason}")
+
     def load(self, folder: Union[str, Path], model: ModelConfig, model_class: Any = None, **kwargs: Any) -> Any:
         """The family's masked LM (or `model_class`) from `folder`, with `model`'s dropout and its attention."""
+        self.check_runs(model_config(folder), folder)
         if self.sdpa:
             kwargs["attn_implementation"] = "sdpa"
         return from_pretrained(model_class or self.masked_lm_class(), folder, **self.dropout_settings(model), **kwargs)
@@ -154,6 +179,7 @@ FAMILIES = (
         head=_deberta_head,
         tokenizers="SentencePiece (Unigram)",
         sdpa=False,
+        blocker=_deberta_blocker,
     ),
 )
 BERT = FAMILIES[0]
