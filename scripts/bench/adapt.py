@@ -147,7 +147,8 @@ def section_adapt(setup: Setup) -> dict[str, Any]:
     for name, run in contestants.items():
         rows[name] |= {"steps": run["steps"], "command": run.get("command")}
         rows[name]["tokens_per_s"] = steady_tokens_per_s(run["points"], min(a.warmup_steps, len(run["points"]) - 1))
-    tasks = {"domain": a.adapt_task, "general": a.task}
+    # the tasks given; with none, the section measures speed and perplexity only
+    tasks = {key: task for key, task in {"domain": a.adapt_task, "general": a.task}.items() if task}
     for key, task in tasks.items():
         shared = {name: model for name, model in models.items() if name != "extend"}  # one tokenizer: the base's
         reports = finetune_all(setup, shared, task=task)

@@ -146,7 +146,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add("--adapt-base", help="adapt: the encoder to continue, a masked-LM folder or hub name (model.init_from)")
     add("--adapt-train", help="adapt: the new domain's training text (a valid.txt beside it is its held-out text)")
     add("--adapt-valid", help="adapt: the new domain's held-out text (default valid.txt beside --adapt-train)")
-    add("--adapt-task", help="adapt: a labeled task folder of the new domain (scripts/make_book_task.py builds one)")
+    add(
+        "--adapt-task",
+        help="adapt: a labeled task folder of the new domain (scripts/make_book_task.py builds one); "
+        "with neither it nor --task, adapt measures speed and perplexity only",
+    )
     defaulted("--adapt-budget", float, "adapt: continued-pretraining seconds a side")
     defaulted("--adapt-extend", int, "adapt: also run tokenizer.extend_vocab N at the same budget; 0: not")
     defaulted("--adapt-warm", float, "adapt: seconds of MLM on --train first, for a base whose head is no LM's")
@@ -193,9 +197,11 @@ def check_args(args: argparse.Namespace) -> set[str]:
         raise BenchmarkError(f"--report-md {args.report_md} exists; give a new file name (a report is never replaced)")
     if args.task and not Path(args.task).is_dir():
         raise BenchmarkError(f"--task {args.task} is not a folder: pass a labeled task folder (train/valid/test files)")
-    finetuned = set(FINETUNED + ("adapt",)) & sections
+    finetuned = set(FINETUNED) & sections
     if finetuned and not args.task:
         raise BenchmarkError(f"{min(finetuned)} needs a labeled task folder: pass --task FOLDER")
+    if "adapt" in sections and (args.task or args.adapt_task):  # adapt fine-tunes on the tasks it is given
+        finetuned.add("adapt")
     if finetuned and args.seeds < 2:
         raise BenchmarkError("--seeds must be >= 2: the interval over seeds needs two")
     if "objectives" in sections and not (args.pair_task and Path(args.pair_task).is_dir()):
@@ -236,14 +242,16 @@ def _check_adapt(args: argparse.Namespace) -> None:
         raise BenchmarkError(
             "adapt needs the domain's held-out text: put valid.txt beside --adapt-train or pass --adapt-valid"
         )
-    if not (args.adapt_task and Path(args.adapt_task).is_dir()):
+    if args.adapt_task and not Path(args.adapt_task).is_dir():
         raise BenchmarkError(
-            "adapt needs a labeled task of the new domain: pass --adapt-task FOLDER (scripts/make_book_task.py)"
+            f"--adapt-task {args.adapt_task} is not a folder: pass a labeled task of the new domain as --adapt-task "
+            "FOLDER (scripts/make_book_task.py), or leave it out to measure speed and perplexity only"
         )
     if not args.adapt_budget > 0 or args.adapt_warm < 0 or args.adapt_extend < 0:
         raise BenchmarkError("--adapt-budget must be > 0, --adapt-warm and --adapt-extend >= 0")
     from mlmtrain.evaluate.tasks import TaskFields, load_task
     from mlmtrain.train.init_from import check_base
 
-    load_task(args.adapt_task, TaskFields())
+    if args.adapt_task:
+        load_task(args.adapt_task, TaskFields())
     check_base(args.adapt_base)  # a base that is no BERT masked LM is refused before the race

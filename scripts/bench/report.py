@@ -205,7 +205,7 @@ def _adapt_lines(adapt: dict[str, Any]) -> list[str]:
             continue
         cells = [LABELS[name], _number(row.get("steps")), _number(row.get("tokens_per_s"))]
         cells += [f"{row['domain_ppl']:.2f}", f"{row['general_ppl']:.2f}"]
-        for task in ("domain", "general"):
+        for task in adapt["tasks"]:
             cells += [
                 _interval(row[task]),
                 _interval(row[task]["minus_base"], sign=True) if "minus_base" in row[task] else "–",
@@ -213,12 +213,12 @@ def _adapt_lines(adapt: dict[str, Any]) -> list[str]:
         rows.append(cells)
     names = {key: Path(task).name for key, task in adapt["tasks"].items()}
     header = ["encoder", "steps", "tokens/s", f"{Path(adapt['valid']).parent.name} ppl", "general ppl"]
-    for key in ("domain", "general"):
+    for key in names:
         header += [f"{names[key]} accuracy", "minus base (paired)"]
     warm = adapt.get("warm")
     lines = [
-        f"## Continued pretraining at equal time ({adapt['budget_s']:g} s a side from {adapt['base']}), fine-tuned "
-        f"over {adapt['seeds']} seeds: test accuracy, mean ± 95% interval",
+        f"## Continued pretraining at equal time ({adapt['budget_s']:g} s a side from {adapt['base']})"
+        + (f", fine-tuned over {adapt['seeds']} seeds: test accuracy, mean ± 95% interval" if names else ""),
         "",
     ]
     lines += _table(header, rows)
@@ -232,10 +232,17 @@ def _adapt_lines(adapt: dict[str, Any]) -> list[str]:
             if adapt["extend_vocab"]
             else "."
         ),
-        f"Fine-tuning: {adapt['epochs']} epochs; train/test examples {base['domain_examples']} (domain), "
-        f"{base['general_examples']} (general); majority-class accuracy {_share(base['domain_majority'])} / "
-        f"{_share(base['general_majority'])}.",
     ]
+    if names:
+        notes.append(
+            f"Fine-tuning: {adapt['epochs']} epochs; "
+            + "; ".join(
+                f"{key}: train/test examples {base[f'{key}_examples']}, majority-class accuracy "
+                f"{_share(base[f'{key}_majority'])}"
+                for key in names
+            )
+            + "."
+        )
     if warm:
         notes.append(
             f"The base was first warmed {warm['seconds']:g} s on the general text at lr {warm['lr']:g} "

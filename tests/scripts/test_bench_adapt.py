@@ -88,3 +88,23 @@ def test_quick_adapt_races_ours_and_the_hf_recipe_from_one_base(tmp_path: Path) 
     assert "## Continued pretraining at equal time" in text and "| the base encoder (not adapted) |" in text
     assert "- settings: the base's shape and vocabulary, seq_len 32," in text  # no --size, no timed steps
     assert "rounds" not in text.split("- settings:")[1].splitlines()[0]
+
+
+def test_without_tasks_the_adapt_section_measures_speed_and_perplexity_only(tmp_path: Path) -> None:
+    from bench.report import _adapt_lines
+    from bench.verdicts import verdicts
+
+    inputs = _inputs(tmp_path)
+    args = _adapt_args(inputs)
+    for flag in ("--adapt-task", "--task"):
+        at = args.index(flag)
+        del args[at : at + 2]
+    assert check_args(parse_args(args)) == {"adapt"}  # no task, no fine-tuning: accepted
+    row = {"domain_ppl": 30.0, "general_ppl": 40.0, "steps": 10, "tokens_per_s": 2000.0}
+    adapt = {"budget_s": 60.0, "base": "a-base", "seeds": 3, "valid": str(inputs["train"]), "tasks": {}, "warm": None,
+             "extend_vocab": 0, "tokens_per_s_ratio": 2.0, "rows": {"base": {"domain_ppl": 50.0, "general_ppl": 45.0},
+             "ours": row, "hf": {**row, "tokens_per_s": 1000.0}}}  # fmt: skip
+    text = "\n".join(_adapt_lines(adapt))
+    assert "tokens/s: ours / HF recipe = 2.00" in text and "Fine-tuning" not in text and "accuracy" not in text
+    figures = {verdict.figure for verdict in verdicts({"adapt": adapt}, "cpu")}
+    assert figures == {"adapt: ours / HF recipe, domain ppl", "adapt: tokens/s ours / HF recipe"}
