@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from mlmtrain import _API
-from mlmtrain.config import Config, load_config
+from mlmtrain.config import Config
+from mlmtrain.config import load_config as load_config  # offered by the API as it is
 from mlmtrain.probe_settings import ProbeSettings
 
 __all__ = list(_API)  # the names, listed once where `import mlmtrain` offers them
