@@ -77,6 +77,8 @@ def test_a_run_saves_the_average_as_its_checkpoints_model_and_evaluates_both(tin
     assert ckpt.load_training_state(final)["ema"]["updates"] == 4
     record = (final / "checkpoint.json").read_text()
     assert str(evaluated[-1]["ema_eval_loss"]) in record
+    card = (final / "README.md").read_text()
+    assert f"| validation perplexity | {evaluated[-1]['ema_eval_ppl']:.4f} |" in card
 
 
 @pytest.mark.parametrize(

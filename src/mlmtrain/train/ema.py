@@ -63,9 +63,10 @@ class WeightAverage:
     @contextmanager
     def applied(self) -> Iterator[dict[str, torch.Tensor]]:
         """The average in the model's parameters for the block, then the live weights back bit for bit; yields a
-        copy of the live weights by name."""
+        copy of the live weights by name. Before the first update the average is the live weights themselves."""
         live = {name: param.detach().clone() for name, param in zip(self.names, self.params, strict=True)}
-        _copy_into(self.params, self.average)
+        if self.updates:
+            _copy_into(self.params, self.average)
         try:
             yield live
         finally:

@@ -367,14 +367,14 @@ class Loop:
         setup, blocks, indices = self.setup, *self.eval_set
         on = Evaluation(setup.layout.micro_batch_size, self.ctx.device, setup.autocast_dtype)
         metrics, summary = setup.objective.evaluate(setup.mlm, blocks, indices, on)
-        if setup.ema is not None:
+        if setup.ema is not None and setup.ema.updates:  # at step 0 (a base's figures) it is the live weights
             with setup.ema.applied():
                 averaged, averaged_summary = setup.objective.evaluate(setup.mlm, blocks, indices, on)
             metrics.update({f"ema_{key}": value for key, value in averaged.items()})
             summary = f"{summary}; moving average: {averaged_summary}"
         reporter.log({"step": self.state.step, "tokens": self.state.tokens, "flops": self.state.flops, **metrics})
         reporter.message(f"step {self.state.step}: {summary}")
-        return metrics["ema_eval_loss" if self.cfg.checkpoint.save_ema else "eval_loss"]
+        return metrics.get("ema_eval_loss" if self.cfg.checkpoint.save_ema else "eval_loss", metrics["eval_loss"])
 
     def probe(self, reporter: Reporter, evaluated: bool, final: bool = False) -> None:
         """The live downstream probe when due (rank 0), into metrics.jsonl, its time off the budget's clock (the
