@@ -9,7 +9,16 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = ("load_config", "tokenize", "pretrain", "evaluate_perplexity", "fill_mask", "probe", "write_report")
+_API = (
+    "load_config",
+    "tokenize",
+    "pretrain",
+    "evaluate_perplexity",
+    "fill_mask",
+    "probe",
+    "write_report",
+    "average_checkpoints",
+)
 __all__ = [*_API, "UserError", "Config", "__version__"]
 
 

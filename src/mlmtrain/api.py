@@ -10,10 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from mlmtrain.config import Config, load_config
+from mlmtrain import _API
+from mlmtrain.config import Config
+from mlmtrain.config import load_config as load_config  # offered by the API as it is
 from mlmtrain.probe_settings import ProbeSettings
 
-__all__ = ["load_config", "tokenize", "pretrain", "evaluate_perplexity", "fill_mask", "probe", "write_report"]
+__all__ = list(_API)  # the names, listed once where `import mlmtrain` offers them
 
 PathLike = Union[str, Path]
 
@@ -140,3 +142,14 @@ def write_report(
         folders, out=Path(out) if out else None, axis=axis, png_dir=Path(png_dir) if png_dir else None, overrides=[]
     )
     return Path(written)
+
+
+def average_checkpoints(
+    checkpoints: Union[PathLike, list[PathLike]], out: PathLike, last: Optional[int] = None
+) -> Path:
+    """`mlmtrain average`: write the mean of the checkpoints' weights as a new model folder `out`; returns it.
+    `checkpoints` are checkpoint folders, or with `last` one run folder whose `last` newest checkpoints to average."""
+    from mlmtrain.tools.average import average_checkpoints as run_average
+
+    folders = [Path(checkpoints)] if isinstance(checkpoints, (str, Path)) else [Path(c) for c in checkpoints]
+    return run_average(folders, Path(out), last).folder

@@ -456,6 +456,13 @@ class TrainConfig:
         "stretches to fit; replaces the default max_steps, and contradicts max_tokens and a max_steps you set",
         check=Check(lambda flops: flops > 0, "must be a finite number > 0"),
     )
+    ema: Union[float, None] = _trains(
+        None,
+        "keep an exponential moving average of the weights, updated after every step with this decay (0.999: about "
+        "the last 1,000 steps weigh), in fp32 beside the weights; evaluations report its figures too (ema_eval_*); "
+        "null: none",
+        check=within(0, 1, "()"),
+    )
     trackers: list[Literal["tensorboard", "mlflow", "wandb"]] = _quiet(
         [],
         "experiment trackers that get the resolved config and every metrics line (each an optional package)",
@@ -510,6 +517,11 @@ class CheckpointConfig:
     )
     keep_last: int = _quiet(3, "keep this many newest checkpoints; 0 keeps all", check=at_least(0))
     keep_best: bool = _quiet(False, "also keep the checkpoint with the lowest validation loss")
+    save_ema: bool = _quiet(
+        False,
+        "with train.ema: each checkpoint's model is the moving average (its training state keeps the live weights, "
+        "so a resume goes on exactly); false: the live weights, the average kept in the training state only",
+    )
     license: str = _quiet(
         "other",
         "license in the model card's Hub metadata (e.g. apache-2.0, mit); other: none stated",
@@ -652,6 +664,12 @@ class Config:
             "masking.schedule",
             f"({self.masking.schedule}) follows the steps of train.max_steps, which is null; set train.max_steps "
             "(beside max_time or max_tokens if you like), or masking.schedule: constant",
+        )
+        _check(
+            not self.checkpoint.save_ema or self.train.ema is not None,
+            "checkpoint.save_ema",
+            "is true but train.ema is null, so there is no average to save; set train.ema (e.g. 0.999) or drop "
+            "checkpoint.save_ema",
         )
         if objective_rule := OBJECTIVE_RULES.get(self.train.objective):
             objective_rule(self)

@@ -16,6 +16,7 @@ COMMANDS = [
     ["mask-demo"],
     ["report"],
     ["push"],
+    ["average"],
     ["config", "show"],
     ["config", "fields"],
 ]
@@ -66,7 +67,7 @@ def test_help_speaks_in_words_and_every_summary_is_whole() -> None:
     runner = CliRunner()
     top = runner.invoke(app, ["--help"], terminal_width=80).output
     listed = top.split("Commands:")[1].strip().splitlines()
-    assert len(listed) == 9 and not any(line.rstrip().endswith("...") for line in listed), top
+    assert len(listed) == 10 and not any(line.rstrip().endswith("...") for line in listed), top
     for command in COMMANDS:
         text = runner.invoke(app, [*command, "--help"], terminal_width=100).output
         assert not re.search(r"<[a-z]+(\[[^\]]*\])?>|\{[a-z_]+\}", text), text

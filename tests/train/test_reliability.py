@@ -62,6 +62,8 @@ def temporary_folders(run_dir: Path) -> list[Path]:
 
 
 KILL_RUN = {"train.max_steps": 40, "checkpoint.save_every": 2, "checkpoint.keep_last": 3, "train.eval_every": 10}
+# the kill -9 run keeps a moving average of the weights as each checkpoint's model: it and the live weights survive too
+AVERAGED_KILL_RUN = {**KILL_RUN, "train.ema": 0.9, "checkpoint.save_ema": True}
 
 
 def _kill_when(moment: str, rng: random.Random, process: subprocess.Popen, run_dir: Path) -> None:
@@ -93,17 +95,21 @@ def test_kill_9_at_random_moments_then_resume_equals_an_uninterrupted_run(tiny_d
     with one_thread():
         pretrain(
             load_config(
-                None, tiny_overrides(tiny_data, **{**KILL_RUN, "checkpoint.keep_last": 0, "train.run_dir": str(whole)})
+                None,
+                tiny_overrides(
+                    tiny_data, **{**AVERAGED_KILL_RUN, "checkpoint.keep_last": 0, "train.run_dir": str(whole)}
+                ),
             )
         )
     reference_losses, reference_evals = by_step(whole, "loss"), by_step(whole, "eval_loss")
+    reference_averages = by_step(whole, "ema_eval_loss")
 
     run_dir = tmp_path / "killed"
     rng = random.Random(8)
     kills_during_write = 0
     for number, moment in enumerate(["steps", "write-start", "write-end"]):
         earlier = set(temporary_folders(run_dir))
-        process = start_pretrain(tiny_data, run_dir, *(["--resume"] if number else []), **KILL_RUN)
+        process = start_pretrain(tiny_data, run_dir, *(["--resume"] if number else []), **AVERAGED_KILL_RUN)
         _kill_when(moment, rng, process, run_dir)
         assert finish(process, run_dir) == -signal.SIGKILL, output(run_dir)
         kills_during_write += bool(set(temporary_folders(run_dir)) - earlier)
@@ -120,7 +126,8 @@ def test_kill_9_at_random_moments_then_resume_equals_an_uninterrupted_run(tiny_d
     assert kills_during_write >= 1, "no kill landed while a checkpoint was being written"
 
     with one_thread():  # the last resume in-process: the killed runs 2 and 3 already resumed through a process
-        pretrain(load_config(None, tiny_overrides(tiny_data, **KILL_RUN, **{"train.run_dir": str(run_dir)})), "auto")
+        overrides = tiny_overrides(tiny_data, **AVERAGED_KILL_RUN, **{"train.run_dir": str(run_dir)})
+        pretrain(load_config(None, overrides), "auto")
     assert ownership.latest_checkpoint(run_dir).name == "step-40"
     assert temporary_folders(run_dir) == [planted]  # the killed saves' leftovers were cleared by the next save
     assert_same_weights(run_dir / "checkpoints" / "step-40", whole / "checkpoints" / "step-40")
@@ -131,6 +138,7 @@ def test_kill_9_at_random_moments_then_resume_equals_an_uninterrupted_run(tiny_d
             assert line["loss"] == reference_losses[line["step"]], line
         if "eval_loss" in line:
             assert line["eval_loss"] == reference_evals[line["step"]], line
+            assert line["ema_eval_loss"] == reference_averages[line["step"]], line
     assert by_step(run_dir, "loss").keys() == reference_losses.keys()
 
 

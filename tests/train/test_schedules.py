@@ -1,5 +1,6 @@
 """Schedules over the budget: WSD (warm-up, stable, decay) as a function of the budget, a decay branched from any
-checkpoint into a new run (the source run untouched), and the masking rate moving over the run."""
+checkpoint into a new run (the source run untouched), the masking rate moving over the run, and an exact resume with
+each of them and with the moving average of the weights."""
 
 from __future__ import annotations
 
@@ -92,10 +93,15 @@ def test_every_metrics_line_logs_the_masking_rate_of_its_step(tiny_config) -> No
     assert {m.get("mlm_probability") for m in metrics(Path(constant.train.run_dir)) if "loss" in m} == {0.15}
 
 
+# the moving average of the weights saved as each checkpoint's model: the live weights come back from the state
+EMA = {"train.ema": 0.8, "checkpoint.save_ema": True}
+
+
+@pytest.mark.parametrize("extra", [{}, EMA], ids=["schedules", "ema"])
 def test_paused_and_resumed_with_wsd_and_a_masking_schedule_equals_an_uninterrupted_run(
-    tiny_config, tmp_path: Path
+    extra: dict, tiny_config, tmp_path: Path
 ) -> None:
-    settings = {**WSD, **MASK_SCHEDULE, "data.num_workers": 2}  # the rates are drawn in the loader's workers
+    settings = {**WSD, **MASK_SCHEDULE, "data.num_workers": 2, **extra}  # the rates are drawn in the loader's workers
     whole = tiny_config(**{**settings, "train.run_dir": str(tmp_path / "whole")})
     pretrain(whole)
     paused_cfg = tiny_config(**{**settings, "train.run_dir": str(tmp_path / "paused"), "train.pause_after": 5})

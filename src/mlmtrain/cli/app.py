@@ -40,6 +40,7 @@ _PLACEHOLDERS = {
     "run_dirs": "RUN_DIR",
     "text": "TEXT",
     "checkpoint": "CHECKPOINT",
+    "checkpoints": "CHECKPOINT|RUN_DIR",
 }
 
 
@@ -361,6 +362,25 @@ def push(
     from mlmtrain.cli.push import run_push_command
 
     run_push_command(checkpoint, repo, private=private, dry_run=dry_run)
+
+
+@app.command(cls=_Command, short_help="Average checkpoints' weights into a new model folder.")
+def average(
+    checkpoints: list[Path] = typer.Argument(
+        ..., help="Checkpoint folders (RUN_DIR/checkpoints/step-N), or with --last one run folder.", show_default=False
+    ),
+    out: Path = typer.Option(
+        ..., "--out", metavar="FOLDER", help="The new model folder (absent, empty, or one that average wrote)."
+    ),
+    last: Optional[int] = typer.Option(
+        None, "--last", metavar="K", help="Average the K newest complete checkpoints of the one run folder named."
+    ),
+) -> None:
+    """Write the mean of the weights of several checkpoints of one run (same shape, family and tokenizer) as a new
+    Hugging Face model folder with the newest one's config and tokenizer; the checkpoints are only read."""
+    from mlmtrain.cli.commands import run_average_command
+
+    run_average_command(checkpoints, out, last)
 
 
 @config_app.command(cls=_Command, name="show")

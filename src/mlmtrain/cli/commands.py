@@ -1,5 +1,6 @@
-"""The printing of `eval-perplexity`, `fill-mask` and `mask-demo`: `tools` checks the arguments and computes, these
-functions print its results (aligned lines or one JSON object on stdout) and read fill-mask's stdin."""
+"""The printing of `eval-perplexity`, `fill-mask`, `mask-demo` and `average`: `tools` checks the arguments and
+computes, these functions print its results (aligned lines or one JSON object on stdout) and read fill-mask's
+stdin."""
 
 from __future__ import annotations
 
@@ -106,3 +107,12 @@ def run_mask_demo_command(as_json: bool, **arguments: Any) -> None:
         print(json.dumps(demo_json(demo)), flush=True)
     else:
         print(render_text(demo, tokenizer.convert_ids_to_tokens), flush=True)
+
+
+def run_average_command(checkpoints: list[Path], out: Path, last: Optional[int]) -> None:
+    """`mlmtrain average`: the folder written and the checkpoints whose mean it holds."""
+    from mlmtrain.tools.average import average_checkpoints
+
+    done = average_checkpoints(checkpoints, out, last)
+    names = ", ".join(str(folder) for folder in done.checkpoints)
+    print(f"average: the mean of {len(done.checkpoints)} checkpoints ({names}) -> {done.folder}", flush=True)

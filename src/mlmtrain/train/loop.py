@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -28,7 +29,7 @@ from mlmtrain.runtime.files import write_failure
 from mlmtrain.runtime.progress import Reporter, say
 from mlmtrain.runtime.trackers import check_trackers
 from mlmtrain.train import checkpoint as ckpt
-from mlmtrain.train import ownership
+from mlmtrain.train import ema, ownership
 from mlmtrain.train.branch import take_branch_tokenizer
 from mlmtrain.train.guard import RunLock, StopRequested, check_before_start, claim_run_dir
 from mlmtrain.train.init_from import kept_pooler, second_phase_note, write_added_words
@@ -358,15 +359,22 @@ class Loop:
         )
 
     def evaluate(self, reporter: Reporter) -> Optional[float]:
-        """Validation metrics with fixed masks (rank 0; the others wait at the next collective)."""
+        """Validation metrics with fixed masks (rank 0; the others wait at the next collective): the live weights',
+        and with train.ema the moving average's beside them (`ema_eval_*`). Returns the validation loss of the
+        weights a checkpoint saves (checkpoint.save_ema: the average's), which checkpoint.keep_best ranks."""
         if self.eval_set is None or not self.ctx.is_main:
             return None
         setup, blocks, indices = self.setup, *self.eval_set
         on = Evaluation(setup.layout.micro_batch_size, self.ctx.device, setup.autocast_dtype)
         metrics, summary = setup.objective.evaluate(setup.mlm, blocks, indices, on)
+        if setup.ema is not None and setup.ema.updates:  # at step 0 (a base's figures) it is the live weights
+            with setup.ema.applied():
+                averaged, averaged_summary = setup.objective.evaluate(setup.mlm, blocks, indices, on)
+            metrics.update({f"ema_{key}": value for key, value in averaged.items()})
+            summary = f"{summary}; moving average: {averaged_summary}"
         reporter.log({"step": self.state.step, "tokens": self.state.tokens, "flops": self.state.flops, **metrics})
         reporter.message(f"step {self.state.step}: {summary}")
-        return metrics["eval_loss"]
+        return metrics.get("ema_eval_loss" if self.cfg.checkpoint.save_ema else "eval_loss", metrics["eval_loss"])
 
     def probe(self, reporter: Reporter, evaluated: bool, final: bool = False) -> None:
         """The live downstream probe when due (rank 0), into metrics.jsonl, its time off the budget's clock (the
@@ -406,16 +414,21 @@ class Loop:
                 "accum_steps": setup.layout.accum_steps,  # with micro_batches: the data position in global batches
                 **setup.objective.training_state(setup.mlm),  # what it trains beside the saved model
             }
-            folder = ckpt.save_checkpoint(
-                self.run_dir,
-                state.step,
-                setup.mlm,
-                setup.tokenizer,
-                self.cfg,
-                training_state,
-                {"tokens": state.tokens, "eval_loss": eval_loss},
-                self.pooler,
-            )
+            if setup.ema is not None:
+                training_state[ema.STATE_KEY] = setup.ema.state_dict()
+            with setup.ema.applied() if self.cfg.checkpoint.save_ema else nullcontext() as live:
+                if live is not None:  # the model saved is the average: the live weights go in the training state
+                    training_state[ema.LIVE_KEY] = live
+                folder = ckpt.save_checkpoint(
+                    self.run_dir,
+                    state.step,
+                    setup.mlm,
+                    setup.tokenizer,
+                    self.cfg,
+                    training_state,
+                    {"tokens": state.tokens, "eval_loss": eval_loss},
+                    self.pooler,
+                )
             best = self.run_dir / "checkpoints" / f"step-{state.best_step}" if self.cfg.checkpoint.keep_best else None
             for old, foreign in ownership.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, keep=best):
                 if old not in self.spared:  # said once per folder, not at every save

@@ -50,6 +50,12 @@ def write_model_card(
     folder = Path(folder)
     model = read_json(folder / "config.json")
     records = _records_up_to(Path(run_dir) / "metrics.jsonl", step)
+    # checkpoint.save_ema: the folder holds the moving average of the weights, whose figures evaluations log as ema_*
+    averaged = cfg.checkpoint.save_ema
+    validation = ("Validation of the moving average of the weights, which this folder holds", "ema_eval_")
+    probe = f"Probe: `{cfg.probe.task}`, {cfg.probe.mode}" + (
+        " (of the live weights, not the average)" if averaged else ""
+    )
     body = "\n".join(
         [
             _front_matter(cfg, model),
@@ -58,8 +64,8 @@ def write_model_card(
             _tokenizer_section(cfg, folder),
             _data_section(cfg),
             _training_section(cfg, step, metrics, state),
-            _scores_section("Validation", "eval_", records, step, metrics),
-            _scores_section(f"Probe: `{cfg.probe.task}`, {cfg.probe.mode}", "probe_", records, step, {}),
+            _scores_section(*(validation if averaged else ("Validation", "eval_")), records, step, metrics),
+            _scores_section(probe, "probe_", records, step, {}),
             _loading_section(cfg),
             _config_section(cfg),
         ]
@@ -259,16 +265,21 @@ def _scores_section(title: str, prefix: str, records: list[dict[str, Any]], step
     found = next((record for record in reversed(records) if any(k.startswith(prefix) for k in record)), None)
     if found is None:
         return ""
-    figures = {k: v for k, v in found.items() if k.startswith(prefix) and k not in _NOT_FIGURES}
+    figures = {k: v for k, v in found.items() if k.startswith(prefix) and _plain(k) not in _NOT_FIGURES}
     if found["step"] == step:
         figures.update({k: v for k, v in saved.items() if k.startswith(prefix) and v is not None})
-    rows = [(_FIGURES.get(key, key), _figure(value)) for key, value in figures.items()]
+    rows = [(_FIGURES.get(_plain(key), key), _figure(value)) for key, value in figures.items()]
     where = "this step" if found["step"] == step else f"step {found['step']:,}"
     base = _base_figures(records, prefix) if found["step"] > 0 else {}
     if base:  # a continued run evaluated its base at step 0: the base's figure beside each of this checkpoint's
         rows = [(name, f"{value} (base: {_figure(base[key])})" if key in base else value)
                 for (name, value), key in zip(rows, figures, strict=True)]  # fmt: skip
     return f"## {title}\n\nAt {where} (fixed evaluation masks and seeds):\n\n" + _table(("figure", "value"), rows)
+
+
+def _plain(key: str) -> str:
+    """A figure's key without the ema_ of the moving average's (`ema_eval_ppl`: `eval_ppl`)."""
+    return key.removeprefix("ema_")
 
 
 def _base_figures(records: list[dict[str, Any]], prefix: str) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from mlmtrain.runtime.distributed import DistContext, all_reduce_sum
 from mlmtrain.runtime.progress import say
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train import resume_checks
+from mlmtrain.train.ema import STATE_KEY, WeightAverage, restore_live_weights
 from mlmtrain.train.objectives import Objective, objective_of
 from mlmtrain.train.precision import Precision, resolve_precision
 
@@ -145,6 +146,7 @@ class TrainingSetup:
     batches: Iterator[dict[str, torch.Tensor]]  # micro-batches from the state's data position on
     saved: dict[str, Any]  # the checkpoint's training state; empty for a fresh run
     nonfinite: NonfiniteCounts  # the skipped-step counters, kept on the device between reads
+    ema: Optional[WeightAverage] = None  # train.ema's moving average of the weights
 
     @property
     def autocast_dtype(self) -> Optional[torch.dtype]:
@@ -175,6 +177,7 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
         saved = ckpt.load_training_state(resume_from)
         mlm = resume_checks.load_resume_model(resume_from, cfg, fingerprint)
         objective.restore_training_state(mlm, saved)  # what it trains beside the saved model (a projection)
+        restore_live_weights(mlm, saved)  # a checkpoint whose model is the average keeps the live weights aside
         if ctx.is_main:  # the config's dropout applies (load_resume_model); its other settings differ from the run's
             for note in resume_checks.resume_notes(resume_from, cfg):
                 say(note)
@@ -187,6 +190,9 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
         mlm = objective.build()
     mlm.to(device).train()  # from_pretrained hands back a model in eval mode: dropout must be on again
     use_training_attention(mlm)  # float32 attention under CPU autocast (model.py), fresh or resumed alike
+    ema = WeightAverage(mlm, cfg.train.ema) if cfg.train.ema is not None else None  # on the device, beside the weights
+    if ema is not None and STATE_KEY in saved:  # a checkpoint without one (train.ema set on resume): it starts now
+        ema.load_state_dict(saved[STATE_KEY])
     precision = resolve_precision(cfg.train.precision, device)
     model = objective.step_module(mlm)
     model.head_dtype = precision.head_dtype  # bf16-head: the (generator's) masked-LM head alone in bf16
@@ -235,6 +241,7 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
         batches,
         saved,
         NonfiniteCounts(state, device),
+        ema,
     )
 
 
@@ -430,6 +437,8 @@ def train_step(
     else:
         _step_unless_nonfinite(setup.optimizer, finite)
     setup.optimizer.zero_grad(set_to_none=True)
+    if setup.ema is not None:  # every step, a skipped one too (its weights are the last step's)
+        setup.ema.update()
     figures = [loss_sums, grad_norm.double().reshape(1), finite.double().reshape(1), setup.nonfinite.count(finite)]
     state.step += 1
     state.tokens += int(tokens)

@@ -1,0 +1,95 @@
+"""`mlmtrain average`: the mean of a run's checkpoints as a new model folder that transformers loads with its
+tokenizer, computed by hand here from the saved weights; what it refuses in one line, writing nothing."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from mlmtrain.train import checkpoint as ckpt
+
+from ..helpers import TINY_MODEL, assert_one_error_line, run_cli, snapshot, weights
+
+
+def test_the_average_is_the_mean_of_the_saved_weights_and_loads_with_its_tokenizer(
+    trained_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from mlmtrain import average_checkpoints
+
+    steps = [trained_run / "checkpoints" / f"step-{step}" for step in (2, 4)]
+    before = snapshot(trained_run)
+    out = tmp_path / "averaged"
+    code, lines = run_cli(capsys, "average", str(steps[1]), str(steps[0]), "--out", str(out))  # any order
+    assert code == 0, lines
+    saved = [weights(folder) for folder in steps]
+    averaged = weights(out)
+    assert averaged.keys() == saved[0].keys()
+    for name, tensor in averaged.items():
+        expected = (sum(step[name].double() for step in saved) / 2).to(saved[0][name].dtype)
+        assert torch.equal(tensor, expected), name
+    assert not torch.equal(
+        averaged["bert.embeddings.word_embeddings.weight"], saved[1]["bert.embeddings.word_embeddings.weight"]
+    )
+    model = AutoModelForMaskedLM.from_pretrained(str(out))
+    for name, param in model.named_parameters():
+        assert torch.equal(param.detach(), averaged[name]), name
+    tokenizer = AutoTokenizer.from_pretrained(str(out))
+    assert (
+        tokenizer("a lazy dog")["input_ids"] == AutoTokenizer.from_pretrained(str(steps[1]))("a lazy dog")["input_ids"]
+    )
+    assert snapshot(trained_run) == before  # the checkpoints are only read
+    # --last 2 of the run is the same mean, written over the folder average wrote (the API's call of the command)
+    first = (out / "model.safetensors").read_bytes()
+    assert average_checkpoints(trained_run, out, last=2) == out
+    assert (out / "model.safetensors").read_bytes() == first
+
+
+@pytest.fixture
+def other_shape(trained_run: Path, tmp_path: Path) -> Path:
+    """A model folder of another shape (one layer of width 32) with the run's own tokenizer."""
+    from mlmtrain.data.tokenizer import load_tokenizer
+    from mlmtrain.model.bert import build_model
+
+    folder = tmp_path / "other"
+    step = trained_run / "checkpoints" / "step-2"
+    tokenizer = load_tokenizer(step)
+    build_model(TINY_MODEL, len(tokenizer), tokenizer.pad_token_id).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_what_cannot_be_averaged_is_one_line_and_writes_nothing(
+    trained_run: Path, other_shape: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    step_2, step_4 = (str(trained_run / "checkpoints" / f"step-{step}") for step in (2, 4))
+    unfinished = shutil.copytree(step_4, tmp_path / "unfinished")
+    (unfinished / ckpt.COMPLETE).unlink()
+    users = tmp_path / "users"
+    users.mkdir()
+    (users / "notes.txt").write_text("mine")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("mine")
+    new = tmp_path / "new"
+    cases = [
+        ([step_2, str(other_shape)], new, "models of another shape"),
+        ([step_2, str(unfinished)], new, "not a complete checkpoint"),
+        ([step_2, str(tmp_path / "nowhere")], new, "does not exist"),
+        ([step_2], new, "two or more checkpoints"),
+        ([step_2, step_2], new, "are one checkpoint"),
+        ([str(trained_run), step_2], new, "is a run folder"),
+        ([str(trained_run), "--last", "3"], new, "has 2 complete checkpoint(s), and --last 3"),
+        ([step_2, step_4], users, "--out " + str(users) + " is not a folder mlmtrain wrote"),
+        ([step_2, step_4], a_file, "is not a folder"),
+    ]
+    before = snapshot(tmp_path)
+    for arguments, out, needle in cases:
+        code, lines = run_cli(capsys, "average", *arguments, "--out", str(out))
+        assert code == 2, (arguments, lines)
+        assert_one_error_line(lines, needle)
+        assert snapshot(tmp_path) == before, arguments  # nothing written, the user's folder and file as they were
+        assert not new.exists()
