@@ -146,6 +146,11 @@ class DataConfig:
     packing: bool = _trains(
         True, "concatenate documents into full blocks (no padding); false: one document per block, padded"
     )
+    document_attention: Literal["packed", "within"] = _trains(
+        "packed",
+        "packed: every token of a packed block attends to the whole block; within: only to its own document, whose "
+        "positions start at 0 (BERT and RoBERTa, train.objective mlm, data.packing true)",
+    )
     store: Union[str, None] = _quiet(None, "token store folder written by `tokenize`; null: <run_dir>/tokens")
     use_store: bool = _trains(
         True, "read pre-tokenized blocks from the store; false: tokenize a live stream in the loader workers"
@@ -673,6 +678,8 @@ class Config:
         )
         if objective_rule := OBJECTIVE_RULES.get(self.train.objective):
             objective_rule(self)
+        if self.data.document_attention == "within":
+            self.validate_within_documents()
         _check(
             self.model.architecture == "bert" or not self.model.init_from,
             "model.architecture",
@@ -708,6 +715,16 @@ class Config:
             "probe.max_length",
             f"({self.probe.max_length}) must be <= model.max_position_embeddings "
             f"({self.model.max_position_embeddings})",
+        )
+
+    def validate_within_documents(self) -> None:
+        """Attention within documents needs packed blocks: the [SEP]s between documents say where each ends. Which
+        objectives, architectures and bases can take it is theirs to say (train/init_from.py)."""
+        _check(
+            self.data.packing,
+            "data.document_attention",
+            "is within, which keeps each document of a packed block to itself, but data.packing is false (one "
+            "document per block already); set data.packing: true or data.document_attention: packed",
         )
 
     def validate_bert_objective(self) -> None:

@@ -196,6 +196,30 @@ STORE_DAMAGE = {
 }
 
 
+# data.document_attention within where it cannot be: (settings, what the one line says)
+WITHIN_REFUSED = {
+    "unpacked": ({"data.packing": False}, "data.packing is false (one document per block already)"),
+    "electra": ({"train.objective": "electra"}, "which train.objective mlm supports, not electra"),
+    "modernbert": (
+        {"model.architecture": "modernbert", "tokenizer.kind": "bpe"},
+        "needs a BERT or RoBERTa model, and model.architecture modernbert is not one",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WITHIN_REFUSED))
+def test_attention_within_documents_where_it_cannot_be_is_one_line_and_writes_nothing(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    settings, needle = WITHIN_REFUSED[case]
+    write_corpus(tmp_path / "train.txt", 50, seed=1)
+    options = prepare(tmp_path, **{"data.document_attention": "within", **settings})
+    code, lines = run_cli(capsys, "pretrain", *options)
+    assert code == 2
+    assert_one_error_line(lines, "mlmtrain: config: data.document_attention", needle)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["train.txt", "valid.txt"]
+
+
 @pytest.mark.parametrize("damage", list(STORE_DAMAGE))
 def test_a_store_cut_short_is_detected_and_rebuilt(damage: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     write_corpus(tmp_path / "train.txt", 200, seed=1)

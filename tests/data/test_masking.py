@@ -331,6 +331,25 @@ def test_collator_equal_lengths_returns_no_attention_mask() -> None:
     assert batch["input_ids"].shape == (4, 24) and batch["input_ids"].dtype == torch.int64
 
 
+def test_with_documents_the_collator_numbers_each_blocks_documents_and_masks_as_without() -> None:
+    """data.document_attention within: the batch also says which document of its block each token is in ([CLS] with
+    the first, each [SEP] with the document it ends, the closing [SEP] with the last); the masks are unchanged."""
+    vocab = dataclasses.replace(VOCAB, sep_id=SEP)
+    blocks = make_blocks(6, 40, seed=5)
+    items = [{"input_ids": b, "epoch": 0, "index": i} for i, b in enumerate(blocks)]
+    plain = MaskingCollator(vocab, cfg(mlm_probability=0.5), seed=1)(items)
+    batch = MaskingCollator(vocab, cfg(mlm_probability=0.5), seed=1, documents=True)(items)
+    assert torch.equal(batch["input_ids"], plain["input_ids"]) and torch.equal(batch["labels"], plain["labels"])
+    for block, numbers in zip(blocks.tolist(), batch["document_ids"].tolist(), strict=True):
+        expected, document = [], 0
+        for position, token in enumerate(block):
+            expected.append(document)
+            document += token == SEP and position < len(block) - 2  # the next token starts a new document
+        assert numbers == expected
+    with pytest.raises(UserError, match="no \\[SEP\\] token"):
+        MaskingCollator(VOCAB, cfg(), seed=1, documents=True)
+
+
 # ---------------------------------------------------------------- a real WordPiece tokenizer
 
 SENTENCES = [

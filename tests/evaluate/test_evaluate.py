@@ -176,6 +176,31 @@ def test_the_configs_seq_len_packs_the_blocks_unless_seq_len_is_given(tiny, tmp_
         eval_json(capsys, base, config=beyond)
 
 
+def test_a_model_trained_within_documents_is_scored_within_them_unless_the_config_says(tiny, tmp_path, capsys):
+    """eval-perplexity attends as the model trained (data.document_attention of its mlmtrain.yaml); a config that
+    states the key decides instead, so two models can be scored with one attention."""
+    folder, mlm, tokenizer, text = tiny
+    within = Path(shutil.copytree(folder, tmp_path / "within"))
+    cfg = Config()
+    cfg.data.seq_len, cfg.data.document_attention = 32, "within"
+    save_config(cfg, within)
+    packed, scored = eval_json(capsys, folder, data=str(text)), eval_json(capsys, within, data=str(text))
+    assert (packed["document_attention"], scored["document_attention"]) == ("packed", "within")
+    texts = text.read_text().splitlines()
+    autocast_dtype = resolve_precision("auto", CPU).dtype  # as the command scores
+    expected = evaluate_texts(
+        mlm, tokenizer, texts, 32, MaskingConfig(), 1234, 4, CPU, autocast_dtype, max_blocks=20, documents=True
+    )
+    assert scored["perplexity"] == expected.perplexity != packed["perplexity"]
+    stated = eval_json(capsys, within, data=str(text), overrides=["data.document_attention=packed"])
+    assert stated["perplexity"] == packed["perplexity"]
+    pseudo = {"pseudo": True, "max_tokens": 40}
+    assert (
+        eval_json(capsys, within, data=str(text), **pseudo)["perplexity"]
+        != eval_json(capsys, folder, data=str(text), **pseudo)["perplexity"]
+    )
+
+
 def test_the_document_stream_is_read_lazily(tiny):
     _, mlm, tokenizer, _ = tiny
     pulled = []

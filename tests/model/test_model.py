@@ -1,6 +1,7 @@
 """The model: the sparse head gives HF's loss and gradients, weights are tied, checkpoints are plain HF folders,
 attention_mask=None reaches SDPA unmasked, the training attention runs in float32 under CPU autocast and is SDPA
-otherwise, and the FLOP count matches a hand count."""
+otherwise, a document attending within itself in a packed block is as it is alone, and the FLOP count matches a hand
+count."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 from transformers import AutoModelForMaskedLM, BertForMaskedLM
 
 from mlmtrain.config import Config, ModelConfig
+from mlmtrain.data.masking import document_ids
 from mlmtrain.errors import UserError
 from mlmtrain.model.bert import (
     TRAINING_ATTENTION,
@@ -21,6 +23,7 @@ from mlmtrain.model.bert import (
     padded_vocab_size,
     use_training_attention,
 )
+from mlmtrain.model.families import encode
 
 VOCAB = 100
 PAD = 0
@@ -229,6 +232,44 @@ def test_unmasked_batch_reaches_sdpa_without_a_mask(model, monkeypatch):
         seen.clear()
         wrapper(input_ids, labels, attention_mask)
     assert len(seen) == 2 and all(call["mask"] is not None for call in seen)
+
+
+def roberta(pad: int) -> torch.nn.Module:
+    """A tiny RobertaForMaskedLM, weights large enough that a token's context moves its hidden states."""
+    from transformers import RobertaConfig, RobertaForMaskedLM
+
+    torch.manual_seed(0)
+    shape = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    config = RobertaConfig(vocab_size=VOCAB, max_position_embeddings=66, pad_token_id=pad, **shape)
+    mlm = RobertaForMaskedLM(config).eval()
+    with torch.no_grad():
+        for param in mlm.parameters():
+            if param.ndim >= 2:
+                param.normal_(0.0, 0.2)
+    return mlm
+
+
+@pytest.mark.oldpins
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_a_document_packed_with_others_has_the_hidden_states_it_has_alone(family, model):
+    """data.document_attention within: each document of a packed block ([CLS] first, each document ended by [SEP],
+    the block closed by [SEP]) attends to itself alone, from position 0 (RoBERTa's after its padding offset)."""
+    mlm = model if family == "bert" else roberta(PAD)
+    cls_id, sep_id = 1, 2
+    generator = torch.Generator().manual_seed(3)
+    a, b, c = (torch.randint(3, VOCAB, (n,), generator=generator).tolist() for n in (7, 12, 5))
+    # the last document's [SEP] is the block's body's last token: the block ends [SEP] [SEP]
+    documents = [[cls_id, *a, sep_id], [*b, sep_id], [*c, sep_id, sep_id]]
+    block = torch.tensor([sum(documents, [])])
+    ids = document_ids(block, sep_id)
+    assert ids.tolist() == [[i for i, document in enumerate(documents) for _ in document]]
+    with torch.no_grad():
+        within = encode(mlm, block, None, ids)[0].split([len(d) for d in documents])
+        across = encode(mlm, block, None)[0].split([len(d) for d in documents])
+        for document, packed, unmasked in zip(documents, within, across, strict=True):
+            alone = encode(mlm, torch.tensor([document]), None)[0]
+            torch.testing.assert_close(packed, alone, rtol=0, atol=1e-5)
+            assert (unmasked - alone).abs().max() > 1e-2  # attention across the whole block reaches the others
 
 
 def test_flops_per_token_matches_a_hand_count():

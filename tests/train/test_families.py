@@ -314,6 +314,8 @@ def _rtd_deberta(folder: Path) -> Path:
     return folder
 
 
+# the families whose encoder cannot keep a token to its own document (data.document_attention within), by their names
+NOT_WITHIN_DOCUMENTS = {"distilbert": "DistilBERT", "modernbert": "ModernBERT", "deberta-v2": "DeBERTa-v2/v3"}
 BAD_BASES = {
     "albert": (
         _albert,
@@ -353,6 +355,15 @@ BAD_BASES = {
         "model.init_from",
         "(a RoBERTa base continues with mlm)",
     ),
+    **{
+        f"within-{family}": (
+            lambda folder, family=family: write_family_base(folder, family),
+            {"data.document_attention": "within"},
+            "data.document_attention within needs a BERT or RoBERTa model",
+            f"(a {name} model) is not one",
+        )
+        for family, name in NOT_WITHIN_DOCUMENTS.items()
+    },
     "roberta-positions": (
         lambda folder: write_family_base(folder, "roberta"),
         {"data.seq_len": POSITIONS + 2},

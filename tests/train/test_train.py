@@ -6,8 +6,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import BertForMaskedLM
 
+from mlmtrain.data.blocks import StoreBlocks, evaluation_blocks
+from mlmtrain.data.masking import VocabInfo, evaluation_masking
+from mlmtrain.data.store import TokenStore
+from mlmtrain.data.tokenizer import load_tokenizer
 from mlmtrain.errors import UserError
+from mlmtrain.evaluate.perplexity import evaluate_blocks
 from mlmtrain.model.optim import learning_rate
 from mlmtrain.train.loop import pretrain
 
@@ -60,10 +66,13 @@ def test_loss_goes_down(tiny_config) -> None:
 
 
 @pytest.mark.oldpins
-def test_paused_and_resumed_run_equals_an_uninterrupted_one(tiny_config, tmp_path: Path) -> None:
-    whole = tiny_config(**{"train.run_dir": str(tmp_path / "whole")})
+@pytest.mark.parametrize("attention", ["packed", "within"])
+def test_paused_and_resumed_run_equals_an_uninterrupted_one(attention: str, tiny_config, tmp_path: Path) -> None:
+    whole = tiny_config(**{"train.run_dir": str(tmp_path / "whole"), "data.document_attention": attention})
     pretrain(whole)
-    paused_cfg = tiny_config(**{"train.run_dir": str(tmp_path / "paused"), "train.pause_after": 5})
+    paused_cfg = tiny_config(
+        **{"train.run_dir": str(tmp_path / "paused"), "train.pause_after": 5, "data.document_attention": attention}
+    )
     paused = pretrain(paused_cfg)
     assert paused.name == "step-5"
     assert max(step_losses(tmp_path / "paused")) == 5
@@ -245,3 +254,26 @@ def test_a_step_with_finite_loss_but_non_finite_gradients_is_skipped(tiny_config
     assert (setup.state.step, reading.nonfinite_in_row, reading.nonfinite_total) == (2, 0, 1)
     assert all(torch.isfinite(p).all() for p in setup.mlm.parameters())
     assert not torch.equal(weight, before["bert.encoder.layer.0.attention.self.query.weight"])
+
+
+def test_a_run_attending_within_documents_evaluates_as_it_trains(tiny_config) -> None:
+    """data.document_attention within: the run's own evaluation keeps each token to its document too, so its
+    validation loss is that of the model scored within documents, not across the whole block."""
+    settings = {"data.document_attention": "within", "train.precision": "fp32", "optim.lr": 3e-3}
+    cfg = tiny_config(**settings, **{"train.max_steps": 2, "train.eval_every": 2})
+    pretrain(cfg)
+    run_dir = Path(cfg.train.run_dir)
+    eval_loss = [line["eval_loss"] for line in metrics(run_dir) if "eval_loss" in line][-1]
+    tokenizer = load_tokenizer(cfg.tokenizer_dir)
+    store = TokenStore(cfg.store_dir, "validation")
+    blocks = StoreBlocks(store, cfg.data.seq_len, True, tokenizer.cls_token_id, tokenizer.sep_token_id)
+    mlm = BertForMaskedLM.from_pretrained(str(run_dir / "checkpoints" / "step-2"))
+    vocab, masking = VocabInfo.from_tokenizer(tokenizer), evaluation_masking(cfg.masking)
+    indices = evaluation_blocks(blocks, cfg.train.eval_max_blocks)
+    cpu = torch.device("cpu")
+    scored = {
+        within: evaluate_blocks(mlm, blocks, indices, vocab, masking, cfg.masking.eval_seed, 8, cpu, documents=within)
+        for within in (True, False)
+    }
+    assert eval_loss == pytest.approx(scored[True].loss, rel=1e-6)
+    assert eval_loss != pytest.approx(scored[False].loss, rel=1e-5)

@@ -38,6 +38,7 @@ def _table(report: dict[str, Any], source: str) -> str:
     pseudo = report["mode"] == "pseudo"
     low, high = report["ci95"]
     masks = "" if pseudo else f", seed {report['seed']}"
+    masks += ", attention within each document" if report["document_attention"] == "within" else ""
     rows = [
         ("model", report["model"]),
         ("data", source),

@@ -347,6 +347,14 @@ def selected_positions(labels: torch.Tensor, rate: float) -> torch.Tensor:
     return positions
 
 
+def document_ids(input_ids: torch.Tensor, sep_id: int) -> torch.Tensor:
+    """int64 [B,T]: which document of its packed block each token belongs to (0, 1, ...). A packed block is
+    [CLS] … [SEP] with each document of the stream ended by [SEP] (`data/blocks.py`): a document starts after each
+    [SEP] but the block's own last one, so [CLS] joins the first document and the closing [SEP] the last."""
+    ends = input_ids[:, :-2] == sep_id  # a [SEP] at t ends a document, so one starts at t + 1 (never at the last)
+    return torch.nn.functional.pad(ends, (1, 1), value=False).long().cumsum(1)
+
+
 def _as_int64(x: Any) -> torch.Tensor:
     """A 1-D token block (tensor, numpy array or list, any int dtype) as an int64 tensor."""
     if isinstance(x, torch.Tensor):
@@ -365,6 +373,8 @@ class MaskingCollator:
     a fixed capacity, found here in the loader rather than by a data-dependent selection on the device.
     With `total_steps`, a micro-batch's items carry their optimizer "step", and the batch is masked at that step's
     `scheduled_rate` (the head's capacity follows it); without, or for items without a step, at mlm_probability.
+    With `documents` (data.document_attention: within), every batch also gets "document_ids" (`document_ids`), from
+    which the model keeps each token's attention to its own document.
     """
 
     def __init__(
@@ -375,6 +385,7 @@ class MaskingCollator:
         pad_to_multiple_of: int = 8,
         positions: bool = False,
         total_steps: int | None = None,
+        documents: bool = False,
     ) -> None:
         if pad_to_multiple_of < 1:
             raise ValueError(f"pad_to_multiple_of must be >= 1 (got {pad_to_multiple_of})")
@@ -384,11 +395,17 @@ class MaskingCollator:
         self.pad_to_multiple_of = pad_to_multiple_of
         self.positions = positions
         self.total_steps = total_steps
+        if documents and vocab.sep_id is None:
+            raise UserError("tokenizer", "the tokenizer has no [SEP] token, which ends each document of a packed block")
+        self.documents = documents
 
     def __call__(self, items: list[dict]) -> dict[str, torch.Tensor]:
         rate = scheduled_rate(self.cfg, int(items[0].get("step", 0)) if items else 0, self.total_steps)
         cfg = self.cfg if rate == self.cfg.mlm_probability else dataclasses.replace(self.cfg, mlm_probability=rate)
         batch = self._masked(items, cfg)
+        if self.documents:
+            # masks never select [SEP] nor draw it as a random token: the masked ids end documents where the block does
+            batch["document_ids"] = document_ids(batch["input_ids"], self.vocab.sep_id)
         if self.positions:
             batch["selected_positions"] = selected_positions(batch["labels"], rate)
         return batch

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from mlmtrain.config import MaskingConfig
 from mlmtrain.data.blocks import pack_blocks
-from mlmtrain.data.masking import IGNORE_INDEX, MaskingCollator, VocabInfo
+from mlmtrain.data.masking import IGNORE_INDEX, MaskingCollator, VocabInfo, document_ids
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.evaluate.stats import ratio_interval
 from mlmtrain.model.context import autocast_context, eval_mode, quiet_transformers
@@ -61,14 +61,19 @@ class EvalResult:
 
 
 def per_row_nll(
-    mlm: Any, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: Optional[torch.Tensor]
+    mlm: Any,
+    input_ids: torch.Tensor,
+    labels: torch.Tensor,
+    attention_mask: Optional[torch.Tensor],
+    document_ids: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(NLL sum, masked count, correct top-1 count) per row; NLL in float64. A model of a family mlmtrain continues
-    (families.py) runs its head on the masked rows only."""
+    (families.py) runs its head on the masked rows only; with `document_ids`, each token attends within its own
+    document (such a family's only: `check_within_documents`)."""
     selected = labels != IGNORE_INDEX
     rows = selected.nonzero()[:, 0]
     if family_of(mlm.config.model_type) is not None:
-        logits = head_logits(mlm, encode(mlm, input_ids, attention_mask)[selected])
+        logits = head_logits(mlm, encode(mlm, input_ids, attention_mask, document_ids)[selected])
     else:  # any other masked LM: full logits, then keep the masked positions
         logits = mlm(input_ids=input_ids, attention_mask=attention_mask).logits[selected]
     nll = F.cross_entropy(logits.float(), labels[selected], reduction="none").double()
@@ -133,9 +138,11 @@ def score_blocks(
     device: torch.device,
     autocast_dtype: Optional[torch.dtype] = None,
     progress: Any = None,
+    documents: bool = False,
 ) -> None:
-    """Add the masked-LM NLL of blocks[i], for i in `indices`, to `scores`; block i is masked as block i of epoch 0."""
-    collator = MaskingCollator(vocab, masking, seed=seed)
+    """Add the masked-LM NLL of blocks[i], for i in `indices`, to `scores`; block i is masked as block i of epoch 0.
+    `documents`: each token attends within its own document (data.document_attention within)."""
+    collator = MaskingCollator(vocab, masking, seed=seed, documents=documents)
     with eval_mode(mlm):
         for start in range(0, len(indices), batch_size):
             chunk = indices[start : start + batch_size]
@@ -143,7 +150,7 @@ def score_blocks(
             batch = {k: v.to(device) for k, v in batch.items()}
             with autocast_context(device, autocast_dtype):
                 nll, counts, correct = per_row_nll(
-                    mlm, batch["input_ids"], batch["labels"], batch.get("attention_mask")
+                    mlm, batch["input_ids"], batch["labels"], batch.get("attention_mask"), batch.get("document_ids")
                 )
             mask = batch.get("attention_mask")
             tokens = int(mask.sum()) if mask is not None else batch["input_ids"].numel()
@@ -163,11 +170,15 @@ def evaluate_blocks(
     device: torch.device,
     autocast_dtype: Optional[torch.dtype] = None,
     progress: Any = None,
+    documents: bool = False,
 ) -> EvalResult:
-    """Masked-LM loss and perplexity of `mlm` on blocks[i] for i in `indices`, with fixed masks."""
+    """Masked-LM loss and perplexity of `mlm` on blocks[i] for i in `indices`, with fixed masks (`documents`: each
+    token attending within its own document)."""
     started = time.perf_counter()
     scores = BlockScores()
-    score_blocks(scores, mlm, blocks, indices, vocab, masking, seed, batch_size, device, autocast_dtype, progress)
+    score_blocks(
+        scores, mlm, blocks, indices, vocab, masking, seed, batch_size, device, autocast_dtype, progress, documents
+    )
     return scores.result(time.perf_counter() - started)
 
 
@@ -181,11 +192,13 @@ def score_pseudo(
     device: torch.device,
     autocast_dtype: Optional[torch.dtype] = None,
     max_positions: Optional[int] = None,
+    documents: bool = False,
 ) -> int:
     """Add one block's pseudo-log-likelihood (Salazar et al. 2020) to `scores`: each ordinary token is masked alone,
     in its own copy of the block, `batch_size` copies per forward pass. Scores the first `max_positions` ordinary
-    tokens when given; returns how many were scored."""
+    tokens when given; returns how many were scored. `documents`: each token attends within its own document."""
     ids = torch.as_tensor(block, dtype=torch.long, device=device)
+    within = document_ids(ids[None], vocab.sep_id) if documents else None
     special = torch.tensor((vocab.mask_id, vocab.pad_id, *vocab.special_ids), device=device)
     positions = (~torch.isin(ids, special)).nonzero().squeeze(1)[:max_positions]
     total = torch.zeros((), dtype=torch.float64, device=device)
@@ -198,8 +211,9 @@ def score_pseudo(
             copies[rows, chunk] = vocab.mask_id
             labels = torch.full_like(copies, IGNORE_INDEX)
             labels[rows, chunk] = ids[chunk]
+            documents_of = within.expand(len(chunk), -1) if within is not None else None
             with autocast_context(device, autocast_dtype):
-                nll, _, hits = per_row_nll(mlm, copies, labels, None)
+                nll, _, hits = per_row_nll(mlm, copies, labels, None, documents_of)
             total += nll.sum()
             correct += int(hits.sum())
     scores.add(np.array([total.item()]), np.array([len(positions)]), correct, len(block))
@@ -266,11 +280,13 @@ def evaluate_texts(
     max_tokens: Optional[int] = None,
     source: str = "the text",
     progress: bool = False,
+    documents: bool = False,
 ) -> EvalResult:
     """MLM perplexity (or, with `pseudo`, pseudo-perplexity) of `mlm` on documents streamed into packed blocks.
 
     Block i of the stream is masked as block i of epoch 0 with `seed`. Blocks are built and scored a chunk at a
-    time, whole forward passes per chunk, so the result equals scoring all blocks at once, bit for bit.
+    time, whole forward passes per chunk, so the result equals scoring all blocks at once, bit for bit. `documents`:
+    each token attends within its own document of the block (data.document_attention within).
     """
     started = time.perf_counter()
     vocab = VocabInfo.from_tokenizer(tokenizer)
@@ -286,7 +302,7 @@ def evaluate_texts(
         if pseudo:
             left = max_tokens
             for block in blocks:
-                scored = score_pseudo(scores, mlm, block, vocab, batch_size, device, autocast_dtype, left)
+                scored = score_pseudo(scores, mlm, block, vocab, batch_size, device, autocast_dtype, left, documents)
                 bar.update(scored)
                 if left is not None:
                     left -= scored
@@ -297,7 +313,18 @@ def evaluate_texts(
             while chunk := list(itertools.islice(blocks, batch_size * _CHUNK_BATCHES)):
                 window = dict(enumerate(chunk, first_index))
                 score_blocks(
-                    scores, mlm, window, list(window), vocab, masking, seed, batch_size, device, autocast_dtype, bar
+                    scores,
+                    mlm,
+                    window,
+                    list(window),
+                    vocab,
+                    masking,
+                    seed,
+                    batch_size,
+                    device,
+                    autocast_dtype,
+                    bar,
+                    documents,
                 )
                 first_index += len(chunk)
     return scores.result(time.perf_counter() - started)

@@ -177,13 +177,15 @@ class MaskedLM(torch.nn.Module):
         labels: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         selected_positions: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        # document_ids (data.document_attention within): each token attends within its own document (families.py).
         # attention_mask=None reaches SDPA as attn_mask=None, its fast unmasked path, also under compile and graph
         # capture (unpadded_sdpa_mask; sdpa_attention_forward then sees is_causal False, as BertSelfAttention's
         # is_causal = config.is_decoder = False). An all-ones mask costs a `.all()` check, a host sync on CUDA, to
         # reach the same place; packed blocks have no padding, so pass None.
         # tests/model/test_model.py::test_unmasked_batch_reaches_sdpa_without_a_mask guards this against upgrades.
-        hidden = encode(self.mlm, input_ids, attention_mask)
+        hidden = encode(self.mlm, input_ids, attention_mask, document_ids)
         return self.head_loss(hidden, labels, selected_positions)
 
     def head_loss(

@@ -5,6 +5,7 @@ attention it loads with and the objectives it trains. What differs between famil
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +99,10 @@ class Family:
     layers: str = "encoder.layer"  # the encoder's list of transformer layers, below `encoder`
     # why the installed transformers cannot run the model of config.json `config`; None when it can
     blocker: Callable[[Mapping[str, Any]], Optional[str]] = lambda config: None
+    # data.document_attention within: its encoder takes a mask per query and position ids (BERT's and RoBERTa's
+    # absolute positions); DistilBERT's takes no position ids before transformers 5, and ModernBERT's local windows
+    # and DeBERTa's own attention build their masks themselves
+    within_documents: bool = False
 
     def masked_lm_class(self) -> Any:
         import transformers
@@ -136,6 +141,7 @@ FAMILIES = (
         "bert",
         head=_bert_head,
         tokenizers="WordPiece",
+        within_documents=True,
     ),
     Family(
         "RoBERTa",
@@ -145,6 +151,7 @@ FAMILIES = (
         head=_roberta_head,
         tokenizers="byte-level BPE (RoBERTa), SentencePiece (XLM-RoBERTa, CamemBERT)",
         unused_positions=_after_padding,
+        within_documents=True,
     ),
     Family(
         "DistilBERT",
@@ -218,8 +225,46 @@ def known_types() -> str:
     return ", ".join(_BY_TYPE)
 
 
-def encode(mlm: Any, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor], **kwargs: Any) -> torch.Tensor:
-    """The encoder's last hidden states [B,T,H] of a masked LM of any family (no head)."""
+WITHIN_DOCUMENTS = " or ".join(family.name for family in FAMILIES if family.within_documents)
+
+
+def check_within_documents(family: Optional[Family], what: str) -> None:
+    """UserError when data.document_attention within is asked of `what`, a model of `family` (None: of no family
+    mlmtrain knows), whose encoder cannot keep a token to its own document."""
+    if family is None or not family.within_documents:
+        raise UserError(
+            "config",
+            f"data.document_attention within needs a {WITHIN_DOCUMENTS} model, and {what} is not one; set "
+            "data.document_attention: packed",
+        )
+
+
+def document_attention(mlm: Any, document_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(attention mask, position ids) that keep each token of a packed block to its own document (`document_ids`
+    [B,T], masking.py), with positions from 0 (RoBERTa's after its padding offset) at each document's start: a
+    document's hidden states are then those it has alone. The mask is bool, True where a query may attend: [B,1,T,T]
+    where the model builds its masks with transformers' masking utilities (5.x), which take a prepared 4-D mask as
+    it is; [B,T,T] where it extends them itself (4.x's get_extended_attention_mask, which refuses 4-D)."""
+    steps = torch.arange(document_ids.shape[1], device=document_ids.device)
+    starts = F.pad(document_ids[:, 1:] != document_ids[:, :-1], (1, 0), value=True)
+    first = torch.cummax(torch.where(starts, steps, 0), dim=1).values  # where each token's document starts
+    positions = steps - first + model_family(mlm).unused_positions(vars(mlm.config))
+    same = document_ids[:, :, None] == document_ids[:, None, :]
+    prepared = hasattr(sys.modules[type(mlm).__module__], "create_bidirectional_mask")
+    return (same[:, None] if prepared else same), positions
+
+
+def encode(
+    mlm: Any,
+    input_ids: torch.Tensor,
+    attention_mask: Optional[torch.Tensor],
+    document_ids: Optional[torch.Tensor] = None,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """The encoder's last hidden states [B,T,H] of a masked LM of any family (no head); with `document_ids`, each
+    token attends within its own document only (`document_attention`; packed blocks have no padding mask)."""
+    if document_ids is not None:
+        attention_mask, kwargs["position_ids"] = document_attention(mlm, document_ids)
     encoder = getattr(mlm, model_family(mlm).encoder)
     return encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
 

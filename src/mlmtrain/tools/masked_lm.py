@@ -19,7 +19,7 @@ from mlmtrain.evaluate.perplexity import (
     load_masked_lm,
 )
 from mlmtrain.model.context import quiet_transformers
-from mlmtrain.model.families import model_positions
+from mlmtrain.model.families import check_within_documents, family_of, model_positions
 from mlmtrain.tools.arguments import check_count, device_option
 from mlmtrain.train.precision import resolve_precision
 
@@ -39,16 +39,29 @@ def _saved_config(folder: Path) -> Optional[Path]:
     return None
 
 
-def _checkpoint_seq_len(saved: Optional[Path]) -> Optional[int]:
-    """data.seq_len of a saved mlmtrain.yaml (None when there is none)."""
+def _saved_data_setting(saved: Optional[Path], key: str) -> Any:
+    """data.`key` of a saved mlmtrain.yaml, as it is written there (None when there is none)."""
     from mlmtrain.config import read_yaml
 
     if saved is None:
         return None
     settings = read_yaml(saved)
-    data = settings.get("data") if isinstance(settings, dict) else None  # a damaged file: the model's own length
-    value = data.get("seq_len") if isinstance(data, dict) else None
+    data = settings.get("data") if isinstance(settings, dict) else None  # a damaged file: the defaults
+    return data.get(key) if isinstance(data, dict) else None
+
+
+def _checkpoint_seq_len(saved: Optional[Path]) -> Optional[int]:
+    """data.seq_len of a saved mlmtrain.yaml (None when there is none)."""
+    value = _saved_data_setting(saved, "seq_len")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _within_documents(cfg: Any, saved: Optional[Path]) -> bool:
+    """Whether tokens attend within their own documents: as data.document_attention of the config (or --set) says
+    when it states it, else as the model trained (its saved mlmtrain.yaml), else not (packed)."""
+    if "data.document_attention" in cfg.stated:
+        return cfg.data.document_attention == "within"
+    return _saved_data_setting(saved, "document_attention") == "within"
 
 
 def masked_lm_folder(folder: Path) -> Path:
@@ -72,11 +85,13 @@ class Evaluation:
     seq_len: int
     seed: int
     pseudo: bool
+    document_attention: str = "packed"  # data.document_attention: packed, or within each document
 
     def report(self) -> dict[str, Any]:
         """The result and its settings, as `--json` prints them."""
         report = {**self.result.as_dict(), "model": str(self.model), "seq_len": self.seq_len, "seed": self.seed}
         report["mode"] = "pseudo" if self.pseudo else "mlm"
+        report["document_attention"] = self.document_attention
         return report
 
 
@@ -114,8 +129,8 @@ def evaluate_perplexity(
     seq_len_from = "--seq-len"
     if seq_len is None and "data.seq_len" in cfg.stated:  # the config's blocks: models compared on the same
         seq_len, seq_len_from = cfg.data.seq_len, f"data.seq_len of {config}" if config else "data.seq_len"
+    saved = _saved_config(checkpoint)
     if seq_len is None:
-        saved = _saved_config(checkpoint)
         seq_len, seq_len_from = _checkpoint_seq_len(saved), f"data.seq_len of {saved}"
     if seq_len is None:
         seq_len, seq_len_from = DEFAULT_SEQ_LEN, "the default --seq-len"
@@ -130,6 +145,9 @@ def evaluate_perplexity(
             f"{seq_len_from} is {seq_len}, beyond the model's {positions} positions (max_position_embeddings); "
             f"pass --seq-len {positions} or less",
         )
+    within = _within_documents(cfg, saved)  # the attention the model trained with, unless the config says
+    if within:
+        check_within_documents(family_of(mlm.config.model_type), f"the {mlm.config.model_type} model in {folder}")
     seed = cfg.masking.eval_seed if seed is None else seed
     # autocast as `pretrain` picks it for train.precision auto (bf16 on GPUs and AMX CPUs): the loss itself is
     # still taken in float32 and summed in float64
@@ -148,8 +166,9 @@ def evaluate_perplexity(
         max_tokens=max_tokens,
         source=source,
         progress=True,
+        documents=within,
     )
-    return Evaluation(result, folder, source, seq_len, seed, pseudo)
+    return Evaluation(result, folder, source, seq_len, seed, pseudo, "within" if within else "packed")
 
 
 def fill_mask(

@@ -18,7 +18,7 @@ import torch
 
 from mlmtrain.config import Config, TokenizerConfig, names_hub_repository, read_yaml, records_setting
 from mlmtrain.errors import UserError, first_line
-from mlmtrain.model.families import Family, family_of, known_types, model_positions
+from mlmtrain.model.families import Family, check_within_documents, family_of, known_types, model_positions
 from mlmtrain.readers import read_json, read_saved_yaml
 from mlmtrain.runtime.hub import hub_unreachable
 from mlmtrain.runtime.model_folder import model_config
@@ -148,13 +148,16 @@ def _resumed_config(folder: Path, name: str) -> dict[str, Any]:
 def resolve_init_from(cfg: Config, check_weights: bool = True, resumed: Optional[Path] = None) -> None:
     """Fill `cfg` from the models it names: the objective's own (`Objective.resolve_models`), then the base named by
     model.init_from (nothing when it is null): the model's shape and the tokenizer are the base's, a conflicting key
-    is refused. `check_weights` false reads the base's config only;
+    is refused; so is data.document_attention within where the objective or the model cannot keep a token to its
+    document. `check_weights` false reads the base's config only;
     `resumed` (a checkpoint of this run, `resumed_base`) is read instead of the base, which is not opened."""
     from mlmtrain.train.objectives import objective_class
 
     objective_class(cfg).resolve_models(cfg, check_weights)  # a distillation's teacher
     name = cfg.model.init_from
-    if not name:
+    if not name:  # the architecture built from scratch is a model of its family (families.py)
+        architecture = cfg.model.architecture
+        _check_document_attention(cfg, family_of(architecture), f"model.architecture {architecture}")
         return
     if resumed is not None:
         config = _resumed_config(resumed, name)
@@ -168,6 +171,7 @@ def resolve_init_from(cfg: Config, check_weights: bool = True, resumed: Optional
             f"model is not supported (a {family.name} base continues with {applies}): drop model.init_from or use "
             f"train.objective: {family.objectives[0]}"
         )
+    _check_document_attention(cfg, family, f"{KEY} {name} (a {family.name} model)")
     take_shape(cfg, config, name, family)
     take_tokenizer(cfg.tokenizer, config, name)
     _check_tokenizer_use(cfg, name, resumed)
@@ -183,6 +187,23 @@ def resolve_init_from(cfg: Config, check_weights: bool = True, resumed: Optional
                 "or less",
             )
     cfg.validate()
+
+
+def _check_document_attention(cfg: Config, family: Optional[Family], model: str) -> None:
+    """UserError for data.document_attention within where the objective, or `model` (of `family`), cannot keep a
+    token to its own document."""
+    from mlmtrain.train.objectives import REGISTRY, objective_class
+
+    if cfg.data.document_attention != "within":
+        return
+    if not objective_class(cfg).within_documents:
+        able = " or ".join(name for name, objective in REGISTRY.items() if objective.within_documents)
+        raise UserError(
+            "config",
+            f"data.document_attention is within, which train.objective {able} supports, not {cfg.train.objective}; "
+            f"set train.objective: {able} or data.document_attention: packed",
+        )
+    check_within_documents(family, model)
 
 
 def _check_tokenizer_use(cfg: Config, name: str, resumed: Optional[Path]) -> None:

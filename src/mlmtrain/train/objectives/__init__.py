@@ -6,9 +6,10 @@ A new objective is one module here and one line in REGISTRY: a subclass of `Obje
 recognises it), its `model_folders` and `term_names`, and implements `build` and `load` (fresh, and from a
 checkpoint), `planned_models` (the configs a resume compares), `step_module` (forward -> one loss sum per term),
 `counts` and `weights` (each term's denominator and weight), `training_flops_per_token` and `evaluate`; the blocks,
-collator, model card text (`card_*`), `continues_a_model` (model.init_from) and `start_note` have defaults. Its
-name goes in the Literal of config's `train.objective`; its config checks beyond its section's own in config's
-OBJECTIVE_RULES, and a section only it reads names it in its field's metadata (config cannot import this package).
+collator, model card text (`card_*`), `continues_a_model` (model.init_from), `within_documents`
+(data.document_attention within) and `start_note` have defaults. Its name goes in the Literal of config's
+`train.objective`; its config checks beyond its section's own in config's OBJECTIVE_RULES, and a section only it
+reads names it in its field's metadata (config cannot import this package).
 """
 
 from __future__ import annotations

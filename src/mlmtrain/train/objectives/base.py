@@ -50,6 +50,8 @@ class Objective:
     architecture: ClassVar[str]  # config.json's `architectures` of the saved model: how a resume recognises it
     model_folders: ClassVar[tuple[str, ...]] = ("",)  # the checkpoint's model folders: "" itself, or a subfolder
     continues_a_model: ClassVar[bool] = False  # whether model.init_from may name a base to start from
+    # whether it trains with data.document_attention within (its step module and evaluation take "document_ids")
+    within_documents: ClassVar[bool] = False
     # whether its checkpoint may be a masked LM of another family than BERT (model/families.py)
     saves_any_family: ClassVar[bool] = False
     card_teacher_key: ClassVar[Optional[str]] = None  # the config key naming the model it learns from, for the card

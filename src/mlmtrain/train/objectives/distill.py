@@ -69,6 +69,7 @@ class Distill(MaskedLanguageModel):
     name = "distill"
     term_names = ("mlm_loss", "distill_loss", "hidden_loss")
     continues_a_model = False
+    within_documents = False  # its step module encodes the student and the teacher across the whole block
     saves_any_family = True  # with distill.init teacher-layers the student is of the teacher's family
     card_trained = "with knowledge distillation from a teacher masked LM"
     card_teacher_key = KEY

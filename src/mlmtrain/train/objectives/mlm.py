@@ -20,6 +20,7 @@ class MaskedLanguageModel(Objective):
     name = "mlm"
     architecture = "BertForMaskedLM"
     continues_a_model = True
+    within_documents = True
     saves_any_family = True  # a continued base's
 
     def build(self) -> Any:
@@ -53,6 +54,7 @@ class MaskedLanguageModel(Objective):
             seed=cfg.train.seed,
             positions=cfg.model.sparse_head,
             total_steps=cfg.train.max_steps,
+            documents=cfg.data.document_attention == "within",
         )
 
     def training_flops_per_token(self) -> float:
@@ -68,7 +70,16 @@ class MaskedLanguageModel(Objective):
 
         masking, seed = self.fixed_masks()
         result = evaluate_blocks(
-            trained, blocks, indices, self.vocab, masking, seed, on.batch_size, on.device, on.autocast_dtype
+            trained,
+            blocks,
+            indices,
+            self.vocab,
+            masking,
+            seed,
+            on.batch_size,
+            on.device,
+            on.autocast_dtype,
+            documents=self.cfg.data.document_attention == "within",  # the attention it trains with
         )
         metrics = {
             "eval_loss": result.loss,

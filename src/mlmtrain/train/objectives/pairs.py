@@ -23,6 +23,7 @@ class SentencePairs(MaskedLanguageModel):
     term_names = ("mlm_loss", "pair_loss", "pair_accuracy")
     architecture = "BertForPreTraining"  # both train (and save) BERT's pre-training heads
     continues_a_model = False
+    within_documents = False  # a pair's two segments attend to each other
     saves_any_family = False
 
     def build(self) -> Any:
