@@ -7,7 +7,7 @@ import json
 import math
 from typing import Any
 
-from mlmtrain.cli.commands import json_safe
+from mlmtrain.runtime.durable import json_safe
 from mlmtrain.tools.probe import SaveFailed, probe
 
 
