@@ -9,7 +9,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = ("load_config", "tokenize", "pretrain", "evaluate_perplexity", "fill_mask", "probe", "write_report")
+_API = ("load_config", "tokenize", "pretrain", "evaluate_perplexity", "fill_mask", "probe", "scorecard", "write_report")
 __all__ = [*_API, "UserError", "Config", "__version__"]
 
 
