@@ -16,6 +16,7 @@ _API = (
     "evaluate_perplexity",
     "fill_mask",
     "probe",
+    "scorecard",
     "write_report",
     "average_checkpoints",
 )

@@ -104,16 +104,9 @@ def probe(
 
     `settings` are the command's options by name: epochs, lr, batch_size, max_length, seed, pooling,
     max_train_examples, max_eval_examples."""
-    import dataclasses
-
-    from mlmtrain.errors import UserError
     from mlmtrain.evaluate.tasks import TaskFields
     from mlmtrain.tools.probe import probe as run_probe
 
-    known = {f.name for f in dataclasses.fields(ProbeSettings)} - {"mode", "progress"}
-    unknown = sorted(set(settings) - known)
-    if unknown:
-        raise UserError("argument", f"probe() takes no setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
     return run_probe(
         model=str(model),
         task=task,
@@ -121,11 +114,53 @@ def probe(
         valid=valid,
         test=test,
         fields=TaskFields(text_field, pair_field, label_field),
-        settings=ProbeSettings(mode=mode, **settings),
+        settings=_probe_settings(mode, settings),
         baseline=baseline,
         save=Path(save) if save is not None else None,
         device=device,
     )
+
+
+def scorecard(
+    model: PathLike,
+    suite: str = "glue",
+    *,
+    seeds: Optional[int] = None,
+    out: Optional[PathLike] = None,
+    resume: bool = False,
+    device: str = "auto",
+    **settings: Any,
+) -> dict[str, Any]:
+    """`mlmtrain probe --suite`: fine-tune the encoder on every task of `suite` ('glue' or a .yaml list of tasks)
+    for `seeds` seeds (5 by default); the scorecard as a dict (`average`, `tasks` by name with `metric`, `score`,
+    `figures`, `ci95` and every seed's `runs`; `reference`, `path`), also written to its JSON file.
+
+    `settings` are the fine-tuning options by name, as `probe` takes them (epochs, lr, batch_size, max_length,
+    seed, max_train_examples, max_eval_examples): one protocol for every task."""
+    from mlmtrain.tools.scorecard import scorecard as run_scorecard
+
+    return run_scorecard(
+        str(model),
+        suite,
+        _probe_settings(ProbeSettings.mode, settings),
+        seeds=seeds,
+        out=Path(out) if out is not None else None,
+        resume=resume,
+        device=device,
+    )
+
+
+def _probe_settings(mode: str, settings: dict[str, Any]) -> ProbeSettings:
+    """ProbeSettings from the API's keywords; a UserError naming a keyword that is no setting."""
+    import dataclasses
+
+    from mlmtrain.errors import UserError
+
+    known = {f.name for f in dataclasses.fields(ProbeSettings)} - {"mode", "progress"}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise UserError("argument", f"takes no setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
+    return ProbeSettings(mode=mode, **settings)
 
 
 def write_report(

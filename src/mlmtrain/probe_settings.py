@@ -60,3 +60,8 @@ def option_help(name: str) -> str:
 def live_default(name: str) -> Any:
     """The `probe:` section's default for the setting `name`: LIVE_DEFAULTS', else the command's."""
     return LIVE_DEFAULTS[name] if name in LIVE_DEFAULTS else getattr(ProbeSettings, name)
+
+
+# `probe --suite`'s scorecard: the file's name inside a checkpoint, and the mark that says mlmtrain wrote it
+SCORECARD_FILE = "scorecard.json"
+SCORECARD_GENERATOR = "mlmtrain probe --suite"

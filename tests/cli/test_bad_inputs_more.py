@@ -28,9 +28,11 @@ from mlmtrain.evaluate.probe import (
     PreparedTask,
     ProbeDiverged,
     ProbeSettings,
-    _ranks,
     classification_scores,
     linear_probe,
+)
+from mlmtrain.evaluate.probe import (
+    ranks as mean_ranks,
 )
 from mlmtrain.evaluate.tasks import TaskFields, load_task
 from mlmtrain.model.bert import build_model
@@ -347,7 +349,7 @@ def scoring_ops(classes: int) -> tuple[dict[str, float], torch.Tensor, int]:
     predicted = torch.where(torch.rand(20_000, generator=generator) < 0.5, gold, guess)
     values = torch.randint(0, classes // 2, (20_000,), generator=generator).float()
     with CountedOps() as counted:
-        scores, ranks = classification_scores(predicted, gold, 0), _ranks(values)
+        scores, ranks = classification_scores(predicted, gold, 0), mean_ranks(values)
     return scores, ranks, counted.ops
 
 
@@ -361,7 +363,7 @@ def test_scores_of_many_classes_take_one_pass() -> None:
     small_gold, small_predicted = torch.tensor([0, 0, 1, 2, 2, 2]), torch.tensor([0, 1, 1, 2, 2, 3])
     f1 = {0: 2 / 3, 1: 2 / 3, 2: 2 * 2 / (2 * 2 + 0 + 1), 3: 0.0}
     assert classification_scores(small_predicted, small_gold, 2)["macro_f1"] == pytest.approx(sum(f1.values()) / 4)
-    assert _ranks(torch.tensor([3.0, 1.0, 3.0, 2.0])).tolist() == [2.5, 0.0, 2.5, 1.0]
+    assert mean_ranks(torch.tensor([3.0, 1.0, 3.0, 2.0])).tolist() == [2.5, 0.0, 2.5, 1.0]
     assert 0 < scores["macro_f1"] < 1 and ranks.sum() == pytest.approx(20_000 * 19_999 / 2)
 
 

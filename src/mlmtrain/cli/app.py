@@ -28,6 +28,7 @@ _PLACEHOLDERS = {
     "model": "FOLDER",
     "data": "SOURCE",
     "out": "FILE",
+    "suite": "glue|FILE.yaml",
     "png": "FOLDER",
     "x": "steps|tokens|time|flops",
     "device": "auto|cpu|cuda[:N]",
@@ -317,9 +318,18 @@ def probe(
     save: Optional[Path] = typer.Option(None, "--save", help="Keep the fine-tuned model here (a new HF folder)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    suite: Optional[str] = typer.Option(
+        None, "--suite", help="A scorecard: glue, or a .yaml list of tasks, each fine-tuned over several seeds."
+    ),
+    seeds: Optional[int] = typer.Option(None, "--seeds", help="--suite: seeds per task, from --seed on (default 5)."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="--suite: the scorecard's JSON (default: scorecard.json in an mlmtrain checkpoint)."
+    ),
+    resume: bool = typer.Option(False, "--resume", help="--suite: finish an interrupted scorecard."),
 ) -> None:
-    """Judge an encoder by a labeled task: fine-tune it (or fit a linear probe) and score the test split."""
-    from mlmtrain.cli.probe_command import run_probe_command
+    """Judge an encoder by a labeled task: fine-tune it (or fit a linear probe) and score the test split; or, with
+    --suite, by a scorecard of tasks."""
+    from mlmtrain.cli.probe_command import run_probe_command, run_suite_command
     from mlmtrain.evaluate.tasks import TaskFields
 
     settings = ProbeSettings(
@@ -334,13 +344,36 @@ def probe(
         max_eval_examples=max_eval_examples,
         progress=True,
     )
+    fields = TaskFields(text_field, pair_field, label_field)
+    if suite is not None:
+        given = {"--task": task, "--train": train, "--valid": valid, "--test": test, "--save": save}
+        given.update(
+            {"--baseline": baseline or None, "--text-field/--pair-field/--label-field": fields != TaskFields()}
+        )
+        run_suite_command(
+            [flag for flag, value in given.items() if value not in (None, False)],
+            model=model,
+            suite=suite,
+            settings=settings,
+            seeds=seeds,
+            out=out,
+            resume=resume,
+            device=device,
+            as_json=as_json,
+        )
+        return
     run_probe_command(
+        [
+            flag
+            for flag, value in (("--seeds", seeds), ("--out", out), ("--resume", resume))
+            if value not in (None, False)
+        ],
         model=model,
         task=task,
         train=train,
         valid=valid,
         test=test,
-        fields=TaskFields(text_field, pair_field, label_field),
+        fields=fields,
         settings=settings,
         baseline=baseline,
         save=save,
@@ -405,6 +438,8 @@ def config_fields() -> None:
 def _normalise_argv(argv: list[str]) -> list[str]:
     """A bare `--resume` (no value, or followed by another option) means `--resume auto`."""
     out = list(argv)
+    if "probe" in out:  # probe's --resume is a flag
+        return out
     for i, arg in enumerate(out):
         if arg == "--resume" and (i + 1 == len(out) or out[i + 1].startswith("-")):
             out.insert(i + 1, "auto")

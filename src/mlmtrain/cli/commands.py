@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from mlmtrain.errors import UserError
+from mlmtrain.runtime.durable import json_safe
 from mlmtrain.tools.masked_lm import evaluate_perplexity, fill_mask
 
 
@@ -21,17 +22,6 @@ def run_eval_command(as_json: bool, **arguments: Any) -> None:
     evaluation = evaluate_perplexity(**arguments)
     report = evaluation.report()
     print(json.dumps(json_safe(report)) if as_json else _table(report, evaluation.source), flush=True)
-
-
-def json_safe(value: Any) -> Any:
-    """JSON has no NaN or infinity: an undefined figure (one block has no interval) is null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    return value
 
 
 def _table(report: dict[str, Any], source: str) -> str:

@@ -7,12 +7,16 @@ import json
 import math
 from typing import Any
 
-from mlmtrain.cli.commands import json_safe
+from mlmtrain.errors import UserError
+from mlmtrain.runtime.durable import json_safe
 from mlmtrain.tools.probe import SaveFailed, probe
 
 
-def run_probe_command(as_json: bool, **arguments: Any) -> None:
-    """`mlmtrain probe`: `tools.probe.probe(**arguments)`, its report printed (also when --save then fails)."""
+def run_probe_command(suite_options: list[str], as_json: bool, **arguments: Any) -> None:
+    """`mlmtrain probe`: `tools.probe.probe(**arguments)`, its report printed (also when --save then fails);
+    `suite_options` are the options given that only --suite takes."""
+    if suite_options:
+        raise UserError("argument", f"{', '.join(suite_options)} go(es) with --suite; drop it or add --suite")
     try:
         report = probe(**arguments)
     except SaveFailed as error:
@@ -75,3 +79,33 @@ def _table(report: dict[str, Any]) -> str:
         rows.append(("saved", report["saved"]))
     width = max(len(name) for name, _ in rows) + 2
     return "\n".join(f"{name:<{width}}{value}" for name, value in rows)
+
+
+def run_suite_command(single_task_options: list[str], as_json: bool, **arguments: Any) -> None:
+    """`mlmtrain probe --suite`: `tools.scorecard.scorecard(**arguments)`, printed as the GLUE-style table or one
+    JSON object; `single_task_options` are the options given that only a single task's probe takes."""
+    from mlmtrain.report.rundata import scorecard_table
+    from mlmtrain.tools.scorecard import scorecard
+
+    if single_task_options:
+        raise UserError("argument", f"--suite names its own tasks and fields; drop {', '.join(single_task_options)}")
+    record = scorecard(**arguments)
+    if as_json:
+        print(json.dumps(json_safe(record)), flush=True)
+        return
+    header, rows = scorecard_table(record)
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+    plan = record["protocol"]
+    lines.append(
+        f"fine-tuned {plan['epochs']} epoch(s) (the best on valid), lr {plan['lr']:g}, batch {plan['batch_size']}, "
+        f"{plan['max_length']} tokens, seeds {', '.join(map(str, plan['seeds']))}; the median over seeds, in percent"
+    )
+    if record.get("reference"):
+        reference = record["reference"]
+        lines.append(f"reference: {reference['name']} on the {reference['split']} ({reference['source']})")
+    lines.append(f"scorecard: {record['path']}")
+    print("\n".join(lines), flush=True)

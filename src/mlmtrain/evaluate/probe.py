@@ -44,9 +44,12 @@ _LOGIT_CHUNK = 1 << 20  # logits of the linear probe computed at once (8 MB in f
 # Scores
 
 
-def classification_scores(predicted: torch.Tensor, gold: torch.Tensor, majority: int) -> dict[str, Any]:
-    """Accuracy with its 95 % interval, macro-F1 (over the classes in gold or predicted, as scikit-learn does) and
-    the accuracy of always answering the training set's most frequent class."""
+def classification_scores(
+    predicted: torch.Tensor, gold: torch.Tensor, majority: int, two_classes: bool = False
+) -> dict[str, Any]:
+    """Accuracy with its 95 % interval, macro-F1 (over the classes in gold or predicted, as scikit-learn does), the
+    accuracy of always answering the training set's most frequent class and Matthews' correlation; for a task of
+    `two_classes`, also the F1 of class 1 (GLUE's F1: of its label 1, "equivalent" or "duplicate")."""
     hit = predicted == gold
     correct = int(hit.sum())
     # per-class counts in one pass each (a loop over classes costs classes x examples: minutes at 10,000 classes)
@@ -57,16 +60,30 @@ def classification_scores(predicted: torch.Tensor, gold: torch.Tensor, majority:
     seen = (predicted_count + gold_count) > 0
     # 2tp / (2tp + fp + fn) = 2tp / (predicted + gold); 0 for a seen class with no true positive
     f1 = 2 * tp[seen] / (predicted_count[seen] + gold_count[seen])
-    return {
+    scores = {
         "accuracy": correct / len(gold),
         "macro_f1": float(f1.mean()),
         "majority_accuracy": int((gold == majority).sum()) / len(gold),
+        "mcc": matthews(correct, predicted_count, gold_count),
         "ci95": list(wilson_interval(correct, len(gold))),
         "examples": len(gold),
     }
+    if two_classes:
+        both = float(predicted_count[1] + gold_count[1]) if classes > 1 else 0.0
+        scores["f1"] = float(2 * tp[1]) / both if both > 0 else 0.0  # no class 1 anywhere: 0, as scikit-learn
+    return scores
 
 
-def _ranks(values: torch.Tensor) -> torch.Tensor:
+def matthews(correct: int, predicted_count: torch.Tensor, gold_count: torch.Tensor) -> float:
+    """Matthews' correlation from the per-class counts (Gorodkin's form for K classes; the usual one for two):
+    (c s - sum p_k t_k) / sqrt((s^2 - sum p_k^2)(s^2 - sum t_k^2)); 0 when a side is constant, as scikit-learn."""
+    total = float(gold_count.sum())
+    covariance = correct * total - float((predicted_count * gold_count).sum())
+    spread = (total**2 - float((predicted_count**2).sum())) * (total**2 - float((gold_count**2).sum()))
+    return covariance / math.sqrt(spread) if spread > 0 else 0.0
+
+
+def ranks(values: torch.Tensor) -> torch.Tensor:
     """Ranks with ties given their mean rank (what Spearman's rho needs)."""
     order = torch.argsort(values, stable=True)
     ranks = torch.empty(len(values), dtype=torch.float64)
@@ -77,7 +94,8 @@ def _ranks(values: torch.Tensor) -> torch.Tensor:
     return (sums / counts)[group]
 
 
-def _pearson(x: torch.Tensor, y: torch.Tensor) -> float:
+def pearson(x: torch.Tensor, y: torch.Tensor) -> float:
+    """Pearson's r of two series (NaN when one is constant)."""
     x, y = x.double() - x.double().mean(), y.double() - y.double().mean()
     denominator = math.sqrt(float((x * x).sum()) * float((y * y).sum()))
     return float((x * y).sum()) / denominator if denominator > 0 else float("nan")
@@ -85,9 +103,9 @@ def _pearson(x: torch.Tensor, y: torch.Tensor) -> float:
 
 def regression_scores(predicted: torch.Tensor, gold: torch.Tensor) -> dict[str, Any]:
     """Pearson's r with its 95 % interval (Fisher z) and Spearman's rho."""
-    pearson, n = _pearson(predicted, gold), len(gold)
-    interval = list(pearson_interval(pearson, n))
-    return {"pearson": pearson, "spearman": _pearson(_ranks(predicted), _ranks(gold)), "ci95": interval, "examples": n}
+    r, n = pearson(predicted, gold), len(gold)
+    interval = list(pearson_interval(r, n))
+    return {"pearson": r, "spearman": pearson(ranks(predicted), ranks(gold)), "ci95": interval, "examples": n}
 
 
 def headline(scores: dict[str, Any]) -> float:
@@ -99,7 +117,12 @@ def headline(scores: dict[str, Any]) -> float:
 def score(task: Task, outputs: torch.Tensor, gold: torch.Tensor) -> dict[str, Any]:
     if task.regression:
         return regression_scores(outputs.reshape(-1), gold)
-    return classification_scores(outputs.argmax(dim=-1), gold, task.classes.index(task.majority_class))
+    return classification_scores(outputs.argmax(dim=-1), gold, *_class_facts(task))
+
+
+def _class_facts(task: Task) -> tuple[int, bool]:
+    """(the majority class's index, whether the task has two classes): what classification_scores needs."""
+    return task.classes.index(task.majority_class), len(task.classes) == 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -440,7 +463,7 @@ def _linear_scores(task: Task, weights: torch.Tensor, x: torch.Tensor, gold: tor
         return score(task, _apply(weights, x).float(), gold)
     rows = max(1, _LOGIT_CHUNK // weights.shape[1])
     predicted = torch.cat([_apply(weights, x[begin : begin + rows]).argmax(dim=-1) for begin in range(0, len(x), rows)])
-    return classification_scores(predicted, gold, task.classes.index(task.majority_class))
+    return classification_scores(predicted, gold, *_class_facts(task))
 
 
 def linear_probe(encoder: Any, prepared: PreparedTask, settings: ProbeSettings, device: torch.device) -> ProbeResult:

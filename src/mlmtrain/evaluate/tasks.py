@@ -147,15 +147,17 @@ def _resolve_fields(first: dict[str, Any], fields: TaskFields) -> TaskFields:
     return fields
 
 
-def _split_file(folder: Path, split: str) -> Path:
+def _split_file(folder: Path, split: str, names: Optional[Sequence[str]] = None) -> Path:
+    """The one file of `split` in a task folder, under one of `names` (the split's usual names by default)."""
+    names = names or SPLIT_NAMES[split]
     found = [
         folder / f"{name}{suffix}"
-        for name in SPLIT_NAMES[split]
+        for name in names
         for suffix in TASK_SUFFIXES
         if (folder / f"{name}{suffix}").is_file()
     ]
     if not found:
-        wanted = " or ".join(f"{name}.jsonl/.csv/.parquet" for name in SPLIT_NAMES[split])
+        wanted = " or ".join(f"{name}.jsonl/.csv/.parquet" for name in names)
         raise _task_error(f"{folder} has no {split} file ({wanted}); add it or pass --{split} FILE")
     if len(found) > 1:
         raise _task_error(f"{folder} has {len(found)} {split} files ({', '.join(p.name for p in found)}); keep one")
@@ -176,20 +178,34 @@ def _held_out(split: Split, share: float) -> tuple[Split, Split]:
     return pick(rest, split.source), pick(held, f"{len(held)} examples held out of {split.source}")
 
 
-def _hub_records(spec: str) -> dict[str, tuple[list[dict[str, Any]], str]]:
-    """{split: (records, source)} of `hf:NAME[/CONFIG]` (three parts read as ORG/NAME/CONFIG), loaded whole."""
+def _hub_records(spec: str, test_split: Optional[str] = None) -> dict[str, tuple[list[dict[str, Any]], str]]:
+    """{split: (records, source)} of `hf:NAME[/CONFIG]` (three parts read as ORG/NAME/CONFIG), loaded whole; the test
+    split is the hub's split named `test_split` when one is named."""
     parts = spec.removeprefix("hf:").split("/")
     if not all(parts) or len(parts) > 3:
         raise _task_error(f"--task {spec!r} must look like hf:NAME, hf:NAME/CONFIG or hf:ORG/NAME/CONFIG")
     name, config = ("/".join(parts[:2]), parts[2]) if len(parts) == 3 else (parts[0], parts[1] if parts[1:] else None)
     import datasets
 
+    from mlmtrain.runtime.hub import hub_unreachable, offline_mode
+
+    # offline mode reads the datasets cache; otherwise an unreachable Hub fails at once, not after half a minute
+    unreachable = None if offline_mode() else hub_unreachable()
+    if unreachable:
+        raise _task_error(
+            f"cannot load hub dataset {spec}: the Hugging Face Hub is unreachable ({unreachable}); a task folder in "
+            "its column layout works offline (or HF_DATASETS_OFFLINE=1 reads what the datasets cache holds)"
+        )
     try:
         loaded = datasets.load_dataset(name, config)
     except Exception as error:  # not found, offline, gated: many types, one meaning for the user
-        raise _task_error(f"cannot load hub dataset {spec}: {first_line(error)}") from error
+        raise _task_error(
+            f"cannot load hub dataset {spec}: {first_line(error)}; a task folder in its column layout works offline"
+        ) from error
+    if test_split is not None and test_split not in loaded:
+        raise _task_error(f"{spec} has no split '{test_split}' (it has {', '.join(loaded)}); name one of those")
     out = {}
-    for split, names in SPLIT_NAMES.items():
+    for split, names in {**SPLIT_NAMES, **({"test": (test_split,)} if test_split else {})}.items():
         for hub_name in names:
             if hub_name in loaded:
                 out[split] = (list(loaded[hub_name]), f"{spec}:{hub_name}")
@@ -203,18 +219,18 @@ def load_task(
     train: Optional[str] = None,
     valid: Optional[str] = None,
     test: Optional[str] = None,
+    test_split: Optional[str] = None,
 ) -> Task:
     """A labeled task from a folder, explicit files (--train/--valid/--test override the folder's), or the hub.
 
     Without a validation split, 10 % of train (fixed seed) is held out for choosing the epoch or the penalty.
-    A hub test split without labels (GLUE's are -1) is replaced by the validation split, valid then held out.
+    A test split without labels (GLUE's are -1, on the hub and in a folder of its layout) is replaced by the
+    validation split, valid then held out. `test_split` names another split to test on (MNLI's
+    validation_matched: a folder's file of that name, or the hub's split).
     """
     records: dict[str, tuple[list[dict[str, Any]], str]] = {}
     if task is not None and task.startswith("hf:"):
-        records = _hub_records(task)
-        test_labels = [r.get(fields.label) for r in records.get("test", ([], ""))[0]]
-        if "test" in records and test_labels and all(label == -1 for label in test_labels):
-            records["test"] = records.pop("valid") if "valid" in records else records.pop("test")
+        records = _hub_records(task, test_split)
     elif task is not None:
         folder = Path(task)
         if not folder.is_dir():
@@ -223,7 +239,7 @@ def load_task(
         explicit = {"train": train, "valid": valid, "test": test}
         for split in SPLIT_NAMES:
             if explicit[split] is None and (split != "valid" or _has_split(folder, "valid")):
-                path = _split_file(folder, split)
+                path = _split_file(folder, split, (test_split,) if split == "test" and test_split else None)
                 records[split] = (task_records(path), str(path))
     for split, path in (("train", train), ("valid", valid), ("test", test)):
         if path is not None:
@@ -234,6 +250,9 @@ def load_task(
             if not Path(path).is_file():
                 raise _task_error(f"--{split} {path} does not exist; pass an existing .jsonl, .csv or .parquet file")
             records[split] = (task_records(Path(path)), path)
+    test_labels = [record.get(fields.label) for record in records.get("test", ([], ""))[0]]
+    if test_split is None and test_labels and all(label == -1 for label in test_labels):
+        records["test"] = records.pop("valid") if "valid" in records else records.pop("test")
     for split in ("train", "test"):
         if split not in records:
             raise _task_error(f"no {split} split: pass --task FOLDER_OR_HF_NAME or --{split} FILE")
@@ -306,12 +325,38 @@ def _typed_task(name: str, train: Split, valid: Split, test: Split, fields: Task
             f"{train.source} has one class only ({classes[0]!r}); a classifier needs two or more: "
             f"check --label-field (now '{fields.label}') or the data"
         )
-    known = set(classes)
+    typed = Task(name, train, valid, test, False, classes, fields)
     for split_name, split in (("valid", valid), ("test", test)):
+        check_labels(typed, split_name, split)
+    return typed
+
+
+def check_labels(task: Task, split_name: str, split: Split) -> None:
+    """A UserError naming the first label of a classification task's `split` that its train split never shows."""
+    known = set(task.classes)
+    for number, label in enumerate(split.labels, 1):
+        if label not in known:
+            raise _task_error(
+                f"the {split_name} split ({split.source}) has label {label!r} (record {number}), which the "
+                "train split never shows; add training examples of it or remove it"
+            )
+
+
+def named_split(task: Task, spec: str, split_name: str) -> Split:
+    """Another split of the task `spec` (a folder or an hf: name) by its name, read with the task's fields and its
+    labels checked against the task's: a second test set for the model fine-tuned on `task` (MNLI's mismatched)."""
+    if spec.startswith("hf:"):
+        rows, source = _hub_records(spec, split_name)["test"]
+    else:
+        path = _split_file(Path(spec), split_name, (split_name,))
+        rows, source = task_records(path), str(path)
+    if not rows:
+        raise _task_error(f"the {split_name} split ({source}) holds no examples; add labeled examples to it")
+    split = _split_from_records(rows, task.fields, source)
+    if task.regression:
         for number, label in enumerate(split.labels, 1):
-            if label not in known:
-                raise _task_error(
-                    f"the {split_name} split ({split.source}) has label {label!r} (record {number}), which the "
-                    "train split never shows; add training examples of it or remove it"
-                )
-    return Task(name, train, valid, test, False, classes, fields)
+            if _finite_float(label) is None:
+                raise _task_error(f"{source} record {number}: label {_shown(label)} is not a finite number; fix it")
+    else:
+        check_labels(task, split_name, split)
+    return split

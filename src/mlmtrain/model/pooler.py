@@ -20,6 +20,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from mlmtrain.readers import read_json
+from mlmtrain.runtime.durable import replace_text
 from mlmtrain.runtime.model_folder import WEIGHTS_INDEX, from_pretrained, weight_map
 
 WEIGHTS = "model.safetensors"
@@ -136,7 +137,7 @@ def _write_tensors(folder: Path, added: dict[str, torch.Tensor]) -> None:
         index = read_json(index_file)
         _replace_file(folder / POOLER_SHARD, added, {"format": "pt"})
         index["weight_map"].update(dict.fromkeys(added, POOLER_SHARD))
-        _replace_text(index_file, json.dumps(index, indent=2, sort_keys=True) + "\n")
+        replace_text(index_file, json.dumps(index, indent=2, sort_keys=True) + "\n")
         return
     path = folder / WEIGHTS
     with safe_open(str(path), "pt") as weights:
@@ -149,10 +150,4 @@ def _replace_file(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[s
     save_file(tensors, str(temporary), metadata=metadata)
     if path.exists():
         shutil.copymode(path, temporary)  # the permissions save_pretrained gave the file
-    os.replace(temporary, path)
-
-
-def _replace_text(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    temporary.write_text(text, encoding="utf-8")
     os.replace(temporary, path)

@@ -19,10 +19,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from mlmtrain.config import flatten
+from mlmtrain.config import flatten, local_name
 from mlmtrain.errors import UserError, first_line, loader_worker_died
 from mlmtrain.report.health import FAIL, OK, Verdict, parse_overrides, run_checks, smooth
-from mlmtrain.report.rundata import Run, Series, load_runs
+from mlmtrain.report.rundata import Run, Series, load_runs, scorecard_table
 from mlmtrain.runtime.files import check_writable_folder, write_failure
 from mlmtrain.runtime.progress import say
 
@@ -309,6 +309,23 @@ def _summary_section(runs: list[Run]) -> str:
     return "\n".join(parts)
 
 
+def _scorecard_section(runs: list[Run]) -> str:
+    """Each run's newest scorecard (`probe --suite` on one of its checkpoints), in percent; nothing without one."""
+    parts = []
+    for run in runs:
+        if run.scorecard is None:
+            continue
+        step, record = run.scorecard
+        header, rows = scorecard_table(record)
+        seeds = (record.get("protocol") or {}).get("seeds") or []
+        parts.append(
+            f"<h3>{_e(run.name)}: step-{step}, suite {_e(local_name(str(record.get('suite'))))}</h3>"
+            f"<p class='muted'>Median over {len(seeds)} seed(s), in percent; the interval is of the mean score.</p>"
+        )
+        parts.append(_table(header, rows))
+    return "\n".join(["<h2>Scorecard</h2>", *parts]) if parts else ""
+
+
 def _config_section(runs: list[Run]) -> str:
     if len(runs) == 1:
         text = "\n".join(f"{k}: {v}" for k, v in flatten(runs[0].config).items()) or "(no mlmtrain.yaml)"
@@ -343,6 +360,7 @@ def build_page(runs: list[Run], axis: str, overrides: dict[str, Any], png_dir: O
         f"({_e(other_axes)} for the others).</p>",
         _health_section(runs, [run_checks(run, overrides) for run in runs]),
         _summary_section(runs),
+        _scorecard_section(runs),
         _config_section(runs),
         "<h2>Curves</h2>",
         *figures,

@@ -16,6 +16,7 @@ from typing import Any, Optional
 import numpy as np
 
 from mlmtrain.errors import UserError
+from mlmtrain.probe_settings import SCORECARD_FILE, SCORECARD_GENERATOR
 from mlmtrain.readers import load_json_text, read_json, read_saved_yaml
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -50,6 +51,7 @@ class Run:
     store: Optional[dict[str, Any]] = None  # the token store's meta.json
     parameters: Optional[int] = None
     notes: list[str] = field(default_factory=list)
+    scorecard: Optional[tuple[int, dict[str, Any]]] = None  # (step, record) of the newest checkpoint that has one
 
     def get(self, key: str) -> Optional[Series]:
         found = self.series.get(key)
@@ -271,6 +273,11 @@ def load_run(path: Path, name: Optional[str] = None) -> Run:
             path / "checkpoints" / f"step-{run.checkpoints[-1]}" / "model.safetensors"
         )
     run.store = _store_meta(path, run.config)
+    for step in reversed(run.checkpoints):
+        found = read_scorecard(path / "checkpoints" / f"step-{step}")
+        if found is not None:
+            run.scorecard = (step, found)
+            break
     if not run.get("eval_loss"):
         run.notes.append("no validation evaluation logged (train.eval_every: 0, or none reached yet)")
     return run
@@ -285,3 +292,48 @@ def load_runs(paths: list[Path]) -> list[Run]:
             name = "/".join(Path(path).resolve().parts[-2:])
         runs.append(load_run(Path(path), name))
     return runs
+
+
+# ---------------------------------------------------------------------------------------------
+# A checkpoint's scorecard (`mlmtrain probe --suite`)
+
+
+def _percent(values: Any) -> str:
+    """Figures as GLUE shows them: percent, one decimal, a task's two joined by a slash."""
+    if not isinstance(values, list) or not values:
+        return "—"
+    return "/".join(f"{100 * v:.1f}" if isinstance(v, (int, float)) and math.isfinite(v) else "n/a" for v in values)
+
+
+def scorecard_table(record: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of a scorecard: each task's metric, the median over seeds of each figure, the 95 % interval
+    of its score (the mean of its figures) over seeds, its seeds, and the published reference's figures if any."""
+    reference = record.get("reference") if isinstance(record.get("reference"), dict) else None
+    header = ["task", "metric", "median", "95% interval", "seeds"]
+    if reference:
+        header.append(f"{reference.get('name')} ({reference.get('split')})")
+    rows = []
+    tasks = record.get("tasks") if isinstance(record.get("tasks"), dict) else {}
+    for name, task in tasks.items():
+        task = task if isinstance(task, dict) else {}
+        interval = task.get("ci95")
+        shown = _percent(interval).replace("/", " to ") if isinstance(interval, list) and len(interval) == 2 else "—"
+        runs = task.get("runs") if isinstance(task.get("runs"), list) else []
+        row = [str(name), str(task.get("metric", "")), _percent(task.get("figures")), shown, str(len(runs))]
+        if reference:
+            row.append(_percent((reference.get("tasks") or {}).get(name)))
+        rows.append(row)
+    average = record.get("average")
+    row = ["average", "", _percent([average]) if average is not None else "— (unfinished)", "", ""]
+    if reference:
+        row.append(_percent([reference.get("average")]))
+    return header, [*rows, row]
+
+
+def read_scorecard(folder: Path) -> Optional[dict[str, Any]]:
+    """The scorecard in a checkpoint folder, when `probe --suite` wrote one there (None otherwise)."""
+    try:
+        record = read_json(folder / SCORECARD_FILE)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("generator") == SCORECARD_GENERATOR else None

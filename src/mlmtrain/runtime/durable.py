@@ -4,8 +4,10 @@ keeps what was written; a crash of the machine does.)"""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
+from typing import Any
 
 
 def fsync_dir(folder: Path) -> None:
@@ -32,4 +34,31 @@ def write_marker(path: Path, text: str = "ok\n") -> None:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
+    fsync_dir(path.parent)
+
+
+def json_safe(value: Any) -> Any:
+    """JSON has no NaN or infinity: an undefined figure (one block has no interval) is null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    return value
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Write `path` whole or not at all: a temporary file beside it, flushed, then renamed over it (a kill or a full
+    disk amid the write leaves the old file as it was, and no temporary)."""
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)

@@ -78,37 +78,12 @@ def probe(
     device: str,
 ) -> dict[str, Any]:
     """Score `model` on the task; the report (raised with SaveFailed when the scores are taken but `save` fails)."""
-    from mlmtrain.data.tokenizer import load_tokenizer
-
-    if settings.mode not in MODES:
-        raise UserError("argument", f"--mode must be {' or '.join(MODES)} (got {settings.mode!r})")
-    if settings.pooling not in POOLINGS:
-        raise UserError("argument", f"--pooling must be {' or '.join(POOLINGS)} (got {settings.pooling!r})")
+    check_settings(settings)
     if task is None and (train is None or test is None):
         raise UserError("argument", "say what to probe on: --task FOLDER_OR_HF_NAME, or --train FILE --test FILE")
-    for value, flag in (
-        (settings.epochs, "--epochs"),
-        (settings.batch_size, "--batch-size"),
-        (settings.max_train_examples, "--max-train-examples"),
-        (settings.max_eval_examples, "--max-eval-examples"),
-    ):
-        check_count(value, flag)
-    if not (math.isfinite(settings.lr) and settings.lr > 0):  # nan fails no `<= 0` test
-        raise UserError("argument", f"--lr must be a finite number > 0 (got {settings.lr})")
-    if settings.max_length < 8:
-        raise UserError("argument", f"--max-length must be >= 8 (got {settings.max_length})")
-    if not 0 <= settings.seed <= LARGEST_INT:  # torch's seeds are 64-bit
-        raise UserError("argument", f"--seed must lie in [0, {LARGEST_INT}] (got {settings.seed})")
     _check_save(save, settings.mode)
     torch_device = device_option(device)
-    config = encoder_config(model)  # before the task is read: a mistyped --model fails at once
-    positions = model_positions(config)
-    if positions is not None and settings.max_length > positions:
-        raise UserError(
-            "argument", f"--max-length {settings.max_length} is beyond the model's {positions} positions; lower it"
-        )
-    tokenizer = load_tokenizer(model)
-    check_tokenizer_fits(tokenizer, config, model)
+    config, tokenizer = load_encoder(model, settings)
     loaded = load_task(task, fields, train, valid, test)
     prepared = PreparedTask.build(loaded, tokenizer, settings)
     result, trained = probe_encoder(model, config, prepared, settings, torch_device, baseline=False)
@@ -135,6 +110,43 @@ def probe(
             raise SaveFailed(error, report) from error
         report["saved"] = str(save)
     return report
+
+
+def check_settings(settings: ProbeSettings) -> None:
+    """A UserError naming the option of the first setting out of its range."""
+    if settings.mode not in MODES:
+        raise UserError("argument", f"--mode must be {' or '.join(MODES)} (got {settings.mode!r})")
+    if settings.pooling not in POOLINGS:
+        raise UserError("argument", f"--pooling must be {' or '.join(POOLINGS)} (got {settings.pooling!r})")
+    for value, flag in (
+        (settings.epochs, "--epochs"),
+        (settings.batch_size, "--batch-size"),
+        (settings.max_train_examples, "--max-train-examples"),
+        (settings.max_eval_examples, "--max-eval-examples"),
+    ):
+        check_count(value, flag)
+    if not (math.isfinite(settings.lr) and settings.lr > 0):  # nan fails no `<= 0` test
+        raise UserError("argument", f"--lr must be a finite number > 0 (got {settings.lr})")
+    if settings.max_length < 8:
+        raise UserError("argument", f"--max-length must be >= 8 (got {settings.max_length})")
+    if not 0 <= settings.seed <= LARGEST_INT:  # torch's seeds are 64-bit
+        raise UserError("argument", f"--seed must lie in [0, {LARGEST_INT}] (got {settings.seed})")
+
+
+def load_encoder(model: str, settings: ProbeSettings) -> tuple[Any, Any]:
+    """(config, tokenizer) of the encoder `model`, checked to be one, to take `settings.max_length` tokens and to
+    fit its tokenizer: before any task is read, so a mistyped --model fails at once."""
+    from mlmtrain.data.tokenizer import load_tokenizer
+
+    config = encoder_config(model)
+    positions = model_positions(config)
+    if positions is not None and settings.max_length > positions:
+        raise UserError(
+            "argument", f"--max-length {settings.max_length} is beyond the model's {positions} positions; lower it"
+        )
+    tokenizer = load_tokenizer(model)
+    check_tokenizer_fits(tokenizer, config, model)
+    return config, tokenizer
 
 
 def _reported_settings(settings: ProbeSettings) -> dict[str, Any]:

@@ -21,6 +21,8 @@ import yaml
 from mlmtrain.config import Config, names_hub_repository, published_value, published_yaml
 from mlmtrain.model.families import family_of, shape_of
 from mlmtrain.readers import load_json_text, read_json
+from mlmtrain.report.rundata import scorecard_table
+from mlmtrain.runtime.durable import replace_text
 from mlmtrain.train.init_from import ADDED_WORDS, added_words
 from mlmtrain.train.objectives import objective_class
 
@@ -288,6 +290,44 @@ def _base_figures(records: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
         (record for record in records if record["step"] == 0 and any(k.startswith(prefix) for k in record)), {}
     )
     return {k: v for k, v in first.items() if k.startswith(prefix) and k not in _NOT_FIGURES}
+
+
+_SCORECARD_START, _SCORECARD_END = "<!-- mlmtrain scorecard -->", "<!-- /mlmtrain scorecard -->"
+
+
+def scorecard_section(record: dict[str, Any]) -> str:
+    """The card's section of a scorecard (`probe --suite`): its protocol in a line, then its table in percent."""
+    header, rows = scorecard_table(record)
+    plan = record.get("protocol") or {}
+    seeds = plan.get("seeds") or []
+    reference = record.get("reference") or {}
+    source = f" Reference: [{reference['name']}]({reference['source']}), {reference['split']}." if reference else ""
+    lines = [
+        f"| {' | '.join(header)} |",
+        f"|{'---|' * len(header)}",
+        *(f"| {' | '.join(row)} |" for row in rows),
+    ]
+    return (
+        f"{_SCORECARD_START}\n## Scorecard: `{published_value('probe.task', record.get('suite'))}`\n\n"
+        f"Fine-tuned by `mlmtrain probe --suite` for {plan.get('epochs')} epoch(s) (the best on valid), lr "
+        f"{plan.get('lr')}, batch {plan.get('batch_size')}, {plan.get('max_length')} tokens, seeds "
+        f"{', '.join(map(str, seeds))}; the median over seeds, in percent.{source}\n\n"
+        + "\n".join(lines)
+        + f"\n{_SCORECARD_END}\n"
+    )
+
+
+def add_scorecard(folder: Path, record: dict[str, Any]) -> None:
+    """Show the scorecard in the card of the checkpoint `folder` (in place of one it showed), before "How to load"."""
+    path = Path(folder) / CARD
+    card = path.read_text(encoding="utf-8")
+    if _SCORECARD_START in card and _SCORECARD_END in card:
+        before, rest = card.split(_SCORECARD_START, 1)
+        card = before + rest.split(_SCORECARD_END, 1)[1].lstrip("\n")
+    section = scorecard_section(record)
+    where = card.find("## How to load")
+    card = card[:where] + section + "\n" + card[where:] if where >= 0 else card.rstrip("\n") + "\n\n" + section
+    replace_text(path, card)
 
 
 def _loading_section(cfg: Config) -> str:

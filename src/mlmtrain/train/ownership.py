@@ -19,7 +19,7 @@ from typing import Any, Optional
 from mlmtrain.data.tokenizer import TOKENIZER_FILES
 from mlmtrain.errors import UserError
 from mlmtrain.readers import read_json
-from mlmtrain.runtime.durable import fsync_dir, write_marker
+from mlmtrain.runtime.durable import fsync_dir, replace_text, write_marker
 from mlmtrain.runtime.files import remove_dead_leftovers
 
 COMPLETE = "COMPLETE"
@@ -95,6 +95,17 @@ def write_record(staging: Path, step: int, metrics: Optional[dict[str, Any]]) ->
     }
     record = {"step": step, **(metrics or {}), "files": sorted([*written, MANIFEST_FILE, COMPLETE]), "written": written}
     write_marker(staging / MANIFEST_FILE, json.dumps(record, indent=1))
+
+
+def record_added(folder: Path, names: list[str]) -> None:
+    """List files that mlmtrain wrote into a saved checkpoint later (its scorecard, the card that shows it) in its
+    record, with their sizes and times: the folder stays provably mlmtrain's, to prune or replace."""
+    record = read_json(folder / MANIFEST_FILE)
+    for name in names:
+        info = (folder / name).stat()
+        record["written"][name] = {"size": info.st_size, "mtime_ns": info.st_mtime_ns}
+    record["files"] = sorted({*record["files"], *names})
+    replace_text(folder / MANIFEST_FILE, json.dumps(record, indent=1))
 
 
 def _entries_under(folder: Path) -> dict[str, os.stat_result]:
