@@ -53,6 +53,7 @@ def assert_same_series(logged: list[tuple[int, float]], expected: list[tuple[int
     assert [value for _, value in logged] == pytest.approx([value for _, value in expected], rel=1e-6), key
 
 
+@pytest.mark.extras  # the extra alone installs what it needs
 def test_mlflow_run_holds_the_config_and_every_metrics_line(tracked: dict[str, Any], monkeypatch) -> None:
     mlflow = pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
@@ -95,6 +96,7 @@ def wandb_records(run_file: Path) -> list[Any]:
     return records
 
 
+@pytest.mark.extras  # the extra alone installs what it needs
 def test_wandb_offline_run_holds_the_config_and_every_metrics_line(tracked: dict[str, Any]) -> None:
     pytest.importorskip("wandb")
     (run_file,) = (tracked["root"] / "wandb").glob("offline-run-*/run-*.wandb")
@@ -200,6 +202,7 @@ def test_a_tracker_that_cannot_start_leaves_no_run_behind(tiny_data: Path, tmp_p
     assert pretrain(cfg).name == "step-10"
 
 
+@pytest.mark.extras  # as documented: pip install -e ".[mlflow]" (or ".[wandb]") and nothing else
 @pytest.mark.skipif(not {"mlflow", "wandb"} <= set(INSTALLED), reason="needs mlflow and wandb")
 def test_with_no_settings_mlflow_and_wandb_log_into_the_run_folder(
     tiny_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
