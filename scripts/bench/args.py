@@ -135,7 +135,15 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     defaulted("--eval-every", int, "steps between evaluations in the quality section")
     defaulted("--eval-blocks", int, "validation blocks per evaluation")
     defaulted("--recipe-steps", int, "steps per side in the recipe and precision sections")
-    add("--fast-set", action="append", default=[], metavar="KEY=VALUE", help="change the fast recipe (recipes)")
+    add(
+        "--fast-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change the fast recipe (recipes, variants)",
+    )
+    add("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
+        help="variants: the fast recipe changed, e.g. mb:model.architecture=modernbert (repeatable)")  # fmt: skip
     add("--electra-set", action="append", default=[], metavar="KEY=VALUE", help="change ELECTRA's recipe (electra)")
     add("--target-ppl", type=float, help="default: the lowest perplexity the HF recipe reached in its budget")
     add("--peak-tflops", type=float, default=H200_DENSE_BF16_TFLOPS, help="peak for MFU (default H200 dense bf16)")
@@ -202,6 +210,8 @@ def check_args(args: argparse.Namespace) -> set[str]:
         raise BenchmarkError(f"{min(finetuned)} needs a labeled task folder: pass --task FOLDER")
     if "adapt" in sections and (args.task or args.adapt_task):  # adapt fine-tunes on the tasks it is given
         finetuned.add("adapt")
+    if "variants" in sections and args.task:  # variants fine-tunes when given a task
+        finetuned.add("variants")
     if finetuned and args.seeds < 2:
         raise BenchmarkError("--seeds must be >= 2: the interval over seeds needs two")
     if "objectives" in sections and not (args.pair_task and Path(args.pair_task).is_dir()):
@@ -216,6 +226,14 @@ def check_args(args: argparse.Namespace) -> set[str]:
         load_task(args.pair_task, TaskFields(pair="pair"))
     if "adapt" in sections:
         _check_adapt(args)
+    if "variants" in sections:
+        from bench.variants import parse_variant
+
+        if not args.variant:
+            raise BenchmarkError("variants needs at least one --variant NAME:KEY=VALUE[,KEY=VALUE...]")
+        names = [parse_variant(text)[0] for text in args.variant]
+        if len(set(names)) < len(names):
+            raise BenchmarkError(f"--variant names must differ (got {', '.join(names)})")
     if "objectives" in sections and not args.flops_budget > 0:
         raise BenchmarkError(f"--flops-budget must be > 0 (got {args.flops_budget:g})")
     if {"throughput", "quality", "tuned", "recipe", "recipes", "downstream", "adapt"} & sections:

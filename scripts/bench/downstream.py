@@ -75,7 +75,7 @@ def finetune_all(
     for seed in range(a.seeds):
         settings.seed = seed
         for name, folder in models.items():
-            say(f"benchmark: fine-tune {LABELS[name]} on {Path(task).name}, seed {seed}")
+            say(f"benchmark: fine-tune {LABELS.get(name, name)} on {Path(task).name}, seed {seed}")
             result, _ = probe_encoder(str(folder), encoder_config(str(folder)), prepared, settings, device, False)
             report = {**result.as_dict(), "command": shlex.join(probe_command(setup, folder, seed, task, pair))}
             segments = 1 if prepared.task.train.pairs is None else 2  # a pair task's examples: [CLS] A [SEP] B [SEP]

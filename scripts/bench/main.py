@@ -21,6 +21,7 @@ from bench.quality import section_quality, section_recipe, section_recipes, sect
 from bench.report import command_line, machine, markdown, source_commit, write_reports
 from bench.setup import SECTIONS, BenchmarkError, Setup, prepare
 from bench.speed import measure_rounds, section_growth, section_precision
+from bench.variants import section_variants
 from bench.verdicts import verdicts
 from bench.workers import WORKERS
 from mlmtrain.errors import UserError
@@ -34,6 +35,7 @@ SECTION_RUNS: dict[str, Callable[[Setup], dict[str, Any]]] = {
     "precision": section_precision,
     "recipes": section_recipes,
     "growth": section_growth,
+    "variants": section_variants,
     "downstream": section_downstream,
     "objectives": section_objectives,
     "adapt": section_adapt,

@@ -344,6 +344,29 @@ def _recipes_lines(recipes: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _variants_lines(variants: dict[str, Any]) -> list[str]:
+    """One row per recipe: its changes to the fast recipe, steps, final perplexity and, with a task, the accuracy and
+    its paired difference from the fast recipe's, each a mean ± 95 % interval over seeds."""
+    rows = []
+    for name, row in variants["rows"].items():
+        changes = ", ".join(f"{key}={value}" for key, value in row["changes"].items()) or "–"
+        probe = row.get("probe")
+        cells = [name, changes, _number(row["steps"]), f"{row['train_seconds']:.0f}", f"{row['eval_ppl']:.2f}"]
+        if variants["task"]:
+            cells += [_interval(probe), _interval(probe["minus_fast"], sign=True) if "minus_fast" in probe else "–"]
+        rows.append(cells)
+    fast = ", ".join(f"{key}={value}" for key, value in variants["fast_recipe"].items())
+    header = ["recipe", "changes to the fast recipe", "steps", "train s", "final ppl (15 % masks)"]
+    if variants["task"]:
+        header += [f"{Path(variants['task']).name} accuracy", "minus fast (paired)"]
+    lines = [f"## Variants of the fast recipe at equal wall time ({variants['budget_s']:g} s each; fast: {fast})", ""]
+    lines += _table(header, rows)
+    if variants["task"]:
+        lines += ["", f"Fine-tuned as `mlmtrain probe` does, {variants['seeds']} seeds: test accuracy, mean ± 95 % "
+                  "interval; the difference is paired seed by seed."]  # fmt: skip
+    return lines + [""]
+
+
 # Each section's Markdown, in the report's order (the sections a run did not ask for are left out)
 SECTION_LINES: tuple[tuple[str, Callable[[dict[str, Any]], list[str]]], ...] = (
     ("rounds", _rounds_lines),
@@ -357,6 +380,7 @@ SECTION_LINES: tuple[tuple[str, Callable[[dict[str, Any]], list[str]]], ...] = (
     ("downstream", _downstream_lines),
     ("objectives", _objectives_lines),
     ("adapt", _adapt_lines),
+    ("variants", _variants_lines),
 )
 
 

@@ -30,6 +30,7 @@ SECTIONS = (
     "electra",
     "objectives",
     "adapt",
+    "variants",
 )
 
 

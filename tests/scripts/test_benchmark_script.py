@@ -206,7 +206,8 @@ def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
     common = ["--quick", "--train", "builtin:python-docs", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
     task_here = Path(bench_task()).is_dir()
     task = ["--task", bench_task()] if task_here else []
-    sections = ["--sections", "tuned,precision,recipes", "--quality-budget", "6"]
+    sections = ["--sections", "tuned,precision,recipes,variants", "--quality-budget", "6"]
+    sections += ["--variant", "mb:model.architecture=modernbert,model.intermediate_size=96"]
     _run([sys.executable, str(SCRIPT), *common, *task, *sections])
     report = _report(out)
     tuned = report["tuned"]
@@ -228,6 +229,14 @@ def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
     for row in recipes["rows"].values():
         assert (row["probe"] is not None) == task_here
         assert row["probe"] is None or 0.0 <= row["probe"]["mean"] <= 1.0
+    variants = report["variants"]  # the fast recipe and a ModernBERT of it, on one tokenizer, paired seed by seed
+    assert variants["rows"]["mb"]["changes"] == {"model.architecture": "modernbert", "model.intermediate_size": "96"}
+    assert "model.architecture=modernbert" in variants["rows"]["mb"]["command"]
+    assert variants["rows"]["fast"]["eval_ppl"] != variants["rows"]["mb"]["eval_ppl"]
+    if task_here:
+        mb, fast = variants["rows"]["mb"]["probe"], variants["rows"]["fast"]["probe"]
+        paired = [x - y for x, y in zip(mb["values"], fast["values"], strict=True)]
+        assert mb["minus_fast"]["values"] == pytest.approx(paired) and "minus_fast" not in fast
     figures = [v["figure"] for v in report["verdicts"]]
     assert figures == [
         "time to the tuned HF recipe's ppl: ours / HF",
@@ -238,6 +247,10 @@ def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
     assert speed["comparison"] == ("<=" if precision["auto"] == "fp32" else ">=")
     markdown = (out / next(out.glob("benchmark-*.md")).name).read_text()
     assert "Recipes at equal wall time" in markdown and f"{precision['other']} against fp32" in markdown
+    assert (
+        "## Variants of the fast recipe at equal wall time" in markdown
+        and "| mb | model.architecture=modernbert" in markdown
+    )
 
 
 def test_mean_interval_over_seeds_uses_students_t() -> None:
@@ -276,6 +289,19 @@ def test_quick_electra_comparison(tmp_path: Path) -> None:
     assert "masking.mlm_probability=0.15" in rows["electra"]["command"]
     assert "masking.mlm_probability" not in rows["ours"]["command"]
     assert [v["figure"] for v in report["verdicts"]] == ["electra - mlm test accuracy, equal time"]
+
+
+def test_a_variant_is_named_and_changes_the_fast_recipe(tmp_path: Path) -> None:
+    given = ["--quick", "--sections", "variants"]
+    assert check_args(parse_args([*given, "--variant", "mb:model.architecture=modernbert"])) == {"variants"}
+    for variants, words in (
+        ([], "at least one --variant"),
+        (["model.architecture=modernbert"], "NAME:KEY=VALUE"),
+        (["fast:model.dropout=0.1"], "other than 'fast'"),
+        (["a:optim.lr=1e-3", "a:optim.lr=2e-3"], "must differ"),
+    ):
+        with pytest.raises(BenchmarkError, match=words):
+            check_args(parse_args([*given, *(x for v in variants for x in ("--variant", v))]))
 
 
 def _tiny_task(folder: Path) -> Path:

@@ -1,0 +1,56 @@
+"""The variants section: the fast recipe against variants of it (`--variant NAME:KEY=VALUE,...`: another
+architecture, a weight average, attention within documents, a masking-rate schedule, ...), each trained for
+--quality-budget seconds on the same tokenizer and data; judged by the final validation perplexity on the classic
+15 % evaluation masks and, with --task, by fine-tuning over --seeds seeds, each variant paired seed by seed with the
+fast recipe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.downstream import finetune_all
+from bench.quality import _ours_for_time
+from bench.setup import FAST_RECIPE, BenchmarkError, Setup, with_changes
+from bench.stats import mean_interval
+
+
+def parse_variant(text: str) -> tuple[str, list[str]]:
+    """'NAME:KEY=VALUE,KEY=VALUE' -> (NAME, ['KEY=VALUE', ...]); a BenchmarkError for any other form."""
+    name, _, changes = text.partition(":")
+    items = [item.strip() for item in changes.split(",") if item.strip()]
+    if not name or name == "fast" or not items or not all("=" in item for item in items):
+        raise BenchmarkError(
+            f"--variant {text!r}: give NAME:KEY=VALUE[,KEY=VALUE...] with a name other than 'fast', "
+            "e.g. modernbert:model.architecture=modernbert"
+        )
+    return name, items
+
+
+def section_variants(setup: Setup) -> dict[str, Any]:
+    """The fast recipe (FAST_RECIPE + --fast-set) and each --variant on top of it, for --quality-budget seconds."""
+    a = setup.args
+    fast = with_changes(FAST_RECIPE, a.fast_set)
+    recipes = {"fast": fast} | {name: with_changes(fast, items) for name, items in map(parse_variant, a.variant)}
+    runs = {name: _ours_for_time(setup, f"variant-{name}", recipe) for name, recipe in recipes.items()}
+    rows: dict[str, dict[str, Any]] = {}
+    for name, run in runs.items():
+        if not run["evals"]:
+            raise BenchmarkError(f"variants: {name} logged no evaluation; raise --quality-budget or lower --eval-every")
+        last = run["evals"][-1]
+        rows[name] = {
+            "changes": {key: value for key, value in recipes[name].items() if fast.get(key) != value},
+            "steps": run["steps"],
+            "train_seconds": last["train_seconds"],
+            "eval_ppl": last["eval_ppl"],
+            "command": run.get("command"),
+        }
+    if a.task:  # every model fine-tuned alike, seed by seed: each variant's difference is paired with the fast one's
+        reports = finetune_all(setup, {name: Path(run["checkpoint"]) for name, run in runs.items()})
+        base = [report["accuracy"] for report in reports["fast"]]
+        for name, runs_of in reports.items():
+            accuracy = [report["accuracy"] for report in runs_of]
+            rows[name]["probe"] = mean_interval(accuracy)
+            if name != "fast":
+                rows[name]["probe"]["minus_fast"] = mean_interval([x - y for x, y in zip(accuracy, base, strict=True)])
+    return {"budget_s": a.quality_budget, "fast_recipe": fast, "seeds": a.seeds, "task": a.task, "rows": rows}
