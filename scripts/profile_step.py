@@ -34,7 +34,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # mlmtrain from this checkout, installed or not
+sys.path.insert(0, str(REPO / "src"))  # mlmtrain from this checkout, installed or not
 
 from mlmtrain.config import load_config  # noqa: E402
 from mlmtrain.data.store import tokenize_corpus  # noqa: E402

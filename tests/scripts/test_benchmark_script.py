@@ -110,7 +110,7 @@ def test_a_missing_hf_package_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _run(command: list[str]) -> subprocess.CompletedProcess:
     # PYTHON: benchmark_gpu.sh runs the interpreter running the tests, not whichever python3 is on PATH
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), PYTHON=sys.executable)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "src"), PYTHON=sys.executable)
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
