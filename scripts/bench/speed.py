@@ -8,6 +8,7 @@ from typing import Any, Optional
 import torch
 
 from bench.contestants import run_ours, run_worker
+from bench.cpu_limit import cpu_mfu, limit_dtype, measure_cpu_limit, model_products
 from bench.setup import LABELS, Setup
 from bench.stats import same_step, spread, steady_tokens_per_s
 from mlmtrain.config import load_config
@@ -80,19 +81,29 @@ def _max_or_none(values: list[Optional[float]]) -> Optional[float]:
 
 
 def model_flops_utilisation(setup: Setup, rounds: dict[str, Any]) -> dict[str, Any]:
-    """MFU = flops_per_token(sparse head) x tokens/s / peak FLOP/s, for every contestant measured."""
+    """MFU = flops_per_token(sparse head) x tokens/s / peak FLOP/s, for every contestant measured: on a GPU against
+    --peak-tflops, on a CPU against the CPU limit that `measure_cpu_limit` measures here, after the rounds (a GEMM
+    of the model's shapes; a contestant in bf16 against the bf16 limit)."""
     cfg = load_config(setup.config_path(), setup.ours(setup.run_dir("flops")))
     vocab_size = len(load_tokenizer(cfg.tokenizer_dir))
     flops = flops_per_token(cfg.model, vocab_size, cfg.data.seq_len, cfg.masking.mlm_probability, sparse_head=True)
-    peak = setup.args.peak_tflops * 1e12
-    out: dict[str, Any] = {
-        "formula": f"flops_per_token(sparse head) x tokens/s / ({setup.args.peak_tflops:g} TFLOP/s)",
-        "flops_per_token": flops,
-        "peak_tflops": setup.args.peak_tflops,
-    }
+    out: dict[str, Any] = {"flops_per_token": flops}
+    if setup.device != "cpu":
+        peak = setup.args.peak_tflops
+        out |= {"formula": f"flops_per_token(sparse head) x tokens/s / ({peak:g} TFLOP/s)", "peak_tflops": peak}
+        for name in ("ours", "hf", "bare"):
+            if name in rounds:
+                out[name] = flops * rounds[name]["median"] / (peak * 1e12)
+        return out
+    tokens = setup.args.batch * cfg.data.seq_len
+    limit = measure_cpu_limit(model_products(cfg.model, vocab_size, tokens, cfg.masking.mlm_probability))
+    ours = limit_dtype(resolve_precision(setup.precision, torch.device("cpu")).name)
+    dtypes = {"ours": ours, "bare": ours, "hf": limit_dtype(setup.hf_precision)}
+    out |= {"formula": "flops_per_token(sparse head) x tokens/s / CPU limit", "cpu_limit": limit, "limit_of": {}}
     for name in ("ours", "hf", "bare"):
         if name in rounds:
-            out[name] = flops * rounds[name]["median"] / peak
+            out["limit_of"][name] = dtypes[name]
+            out[name] = cpu_mfu(flops, rounds[name]["median"], limit["gflops"][dtypes[name]])
     return out
 
 

@@ -136,6 +136,9 @@ def test_quick_throughput_and_limit(tmp_path: Path) -> None:
         assert rounds["mfu"][name] > 0
     assert rounds["ratio"] > 0 and rounds["ours_over_limit"] > 0
     assert rounds["mfu"]["flops_per_token"] > 0
+    assert rounds["mfu"]["cpu_limit"]["gflops"]["fp32"] > 0  # measured here, not a GPU's peak
+    (report_md,) = out.glob("benchmark-*.md")
+    assert "CPU limit: " in report_md.read_text() and "ours / HF recipe " in report_md.read_text()
     assert "mlmtrain pretrain" in rounds["ours"]["command"]
     assert report["settings"]["size"] == "tiny" and report["settings"]["device"] == "cpu"
     assert [v["figure"] for v in report["verdicts"]] == ["throughput: ours / HF recipe", "ours / bare-step limit"]
