@@ -86,6 +86,16 @@ def measure_cpu_limit(products: list[Product]) -> dict[str, Any]:
     }
 
 
+def best_limit(measured: list[dict[str, Any]]) -> dict[str, Any]:
+    """The limit of several measurements (one after each round): each precision's best, as a quiet moment of a
+    shared machine allowed; how many were taken."""
+    gflops = {
+        name: max((m["gflops"][name] for m in measured if m["gflops"][name] is not None), default=None)
+        for name in ("fp32", "bf16")
+    }
+    return dict(measured[0], gflops=gflops, measurements=len(measured))
+
+
 def limit_dtype(precision: str) -> str:
     """Which limit a contestant's share is of: bf16 where its whole forward autocasts to bf16, else fp32 (fp32, and
     bf16-head, whose encoder runs in fp32)."""

@@ -110,7 +110,8 @@ def cpu_limit_line(limit: dict[str, Any]) -> str:
     bf16 = f" ({_number(gflops['bf16'])} bf16)" if gflops.get("bf16") else " (no bf16 on this CPU)"
     return (
         f"CPU limit: {_number(gflops['fp32'])} GFLOP/s fp32{bf16}: the model's matrix products "
-        f"({'; '.join(limit['products'])}), fastest of {REPEATS} each, on {limit['threads']} torch threads"
+        f"({'; '.join(limit['products'])}), fastest of {REPEATS} each, on {limit['threads']} torch threads, "
+        f"best of {limit.get('measurements', 1)} measurements (one after each round)"
     )
 
 
