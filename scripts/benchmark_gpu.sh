@@ -15,7 +15,7 @@ set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${PYTHON:-python3}"
-export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"  # mlmtrain from this checkout, installed or not
+export PYTHONPATH="$repo/src${PYTHONPATH:+:$PYTHONPATH}"  # mlmtrain from this checkout, installed or not
 export PYTHONUNBUFFERED=1
 
 if [[ " $* " == *" --quick "* ]]; then

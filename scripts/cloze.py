@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # mlmtrain from this checkout, installed or not
+sys.path.insert(0, str(REPO / "src"))  # mlmtrain from this checkout, installed or not
 
 from mlmtrain.errors import UserError  # noqa: E402
 from mlmtrain.evaluate.perplexity import load_masked_lm  # noqa: E402

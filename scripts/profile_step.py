@@ -12,6 +12,14 @@ was busy running kernels; the host synchronisations per step (each one lets the 
 the next kernels); and the operators that took the most time. The trace goes to --out/trace.json (open it in
 Perfetto or chrome://tracing). Tokenizer and token store are built in --work-dir and reused.
 
+With --parts the step's CPU time is split into its parts (data wait, attention, GELU, LayerNorm, dropout, the
+head's decoder and loss, the other linear layers, embeddings, gradient clipping, the optimizer, the rest), in ms a
+step: the steps then take their micro-batches from the run's own loader (the config's data.num_workers), so waiting
+for data counts. --hf profiles the HF Trainer recipe (`scripts/benchmark.py`'s, dense head, dropout 0.1, its masking
+in the main process) the same way, on the same tokenizer, store and text, for the table of both sides:
+
+    python scripts/profile_step.py --size mini --precision fp32 --parts --hf --train corpus/train.txt
+
 With --variant (repeated; each a comma-separated list of KEY=VALUE on top of --set, "" for none) every variant is
 measured in turn in one process, each printed as it finishes, and a table compares them at the end (also written to
 --out/variants.json); the trace is the first variant's. Besides config keys a variant (or --set) may hold
@@ -34,11 +42,13 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # mlmtrain from this checkout, installed or not
+sys.path.insert(0, str(REPO / "src"))  # mlmtrain from this checkout, installed or not
+sys.path.insert(0, str(REPO / "scripts"))  # the benchmark's HF recipe (bench.workers), for --hf
 
 from mlmtrain.config import load_config  # noqa: E402
 from mlmtrain.data.store import tokenize_corpus  # noqa: E402
-from mlmtrain.model.bert import H200_DENSE_BF16_TFLOPS, flops_per_token  # noqa: E402
+from mlmtrain.data.tokenizer import load_tokenizer  # noqa: E402
+from mlmtrain.model.bert import H200_DENSE_BF16_TFLOPS, flops_per_token, padded_vocab_size  # noqa: E402
 from mlmtrain.runtime.distributed import init_distributed  # noqa: E402
 from mlmtrain.train.step import build_setup, train_step  # noqa: E402
 
@@ -69,10 +79,14 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     add("--top", type=int, default=15, help="operators to list")
     add("--work-dir", default=str(REPO / "runs" / "profile"))
     add("--out", default=str(REPO / "results" / "profile"))
+    add("--parts", action="store_true", help="CPU time a step per part (attention, GELU, LayerNorm, head, ...)")
+    add("--hf", action="store_true", help="with --parts: also profile the HF Trainer recipe, and compare")
     add("--quick", action="store_true", help="a tiny model, seq 32, batch 8, 2 + 3 steps: a smoke test")
     args = parser.parse_args(argv)
     if args.quick:
         args.seq_len, args.batch, args.warmup, args.steps = 32, 8, 2, 3
+    if args.hf and not args.parts:
+        parser.error("--hf compares the parts of a step: give --parts too")
     return args
 
 
@@ -82,7 +96,7 @@ def overrides(args: argparse.Namespace) -> list[str]:
     values: dict[str, Any] = {
         "data.train": args.train,
         "data.seq_len": args.seq_len,
-        "data.num_workers": 0,  # the micro-batches are fetched before the clock starts
+        **({} if args.parts else {"data.num_workers": 0}),  # else the micro-batches are fetched before the clock starts
         "tokenizer.vocab_size": vocab,
         "tokenizer.path": work / f"tokenizer-v{vocab}",
         "data.store": work / f"tokens-v{vocab}-s{args.seq_len}",
@@ -148,6 +162,13 @@ def measure(args: argparse.Namespace, changes: list[str], trace: bool) -> dict[s
         return _measure(args, changes, trace, cfg)
 
 
+def micro_batches(args: argparse.Namespace, setup: Any, fetched: list[Any], step: int) -> list[dict[str, torch.Tensor]]:
+    """The step's micro-batches: from the run's loader with --parts (its wait counts), else fetched beforehand."""
+    if args.parts:
+        return [next(setup.batches) for _ in range(setup.layout.accum_steps)]
+    return fetched[step % len(fetched)]
+
+
 def _measure(args: argparse.Namespace, changes: list[str], trace: bool, cfg: Any) -> dict[str, Any]:
     setup = build_setup(cfg, init_distributed(cfg.train.device))
     device = setup.ctx.device
@@ -158,20 +179,20 @@ def _measure(args: argparse.Namespace, changes: list[str], trace: bool, cfg: Any
 
     start = time.perf_counter()
     for step in range(args.warmup):
-        train_step(setup, fetched[step % len(fetched)], clock=lambda: 0.0)
+        train_step(setup, micro_batches(args, setup, fetched, step), clock=lambda: 0.0)
     synchronize(device)
     warmup = time.perf_counter() - start  # with train.compile: mostly compilation
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
+    with profile(activities=activities, record_shapes=args.parts) as prof:
         start = time.perf_counter()
         for step in range(args.steps):
-            train_step(setup, fetched[step % len(fetched)], clock=lambda: 0.0)
+            train_step(setup, micro_batches(args, setup, fetched, step), clock=lambda: 0.0)
         synchronize(device)
         wall = (time.perf_counter() - start) / args.steps
     # the profiler's own overhead lengthens the profiled steps: time a few more without it
     start = time.perf_counter()
     for step in range(args.steps):
-        train_step(setup, fetched[step % len(fetched)], clock=lambda: 0.0)
+        train_step(setup, micro_batches(args, setup, fetched, step), clock=lambda: 0.0)
     synchronize(device)
     clean = (time.perf_counter() - start) / args.steps
 
@@ -214,6 +235,12 @@ def _measure(args: argparse.Namespace, changes: list[str], trace: bool, cfg: Any
     else:
         sort = "self_cpu_time_total"
     print(events.table(sort_by=sort, row_limit=args.top, max_name_column_width=60))
+    if args.parts:
+        figures["parts"] = step_parts(
+            prof.events(), padded_vocab_size(len(setup.tokenizer), cfg.model.pad_vocab_multiple)
+        )
+        figures["parts"] = {name: ms / args.steps for name, ms in figures["parts"].items()}
+        print_parts({"ours": figures["parts"]}, {"ours": clean * 1e3})
     if trace:
         print(f"trace: {out / 'trace.json'}")
     del setup, fetched, prof, events
@@ -224,6 +251,144 @@ def _measure(args: argparse.Namespace, changes: list[str], trace: bool, cfg: Any
     return figures
 
 
+# The parts of a step, in the order the table lists them; "head" is the masked-LM decoder and its loss (the head's
+# small transform counts with the linear layers, GELU and LayerNorm).
+PARTS = (
+    "data wait",
+    "attention",
+    "GELU",
+    "LayerNorm",
+    "dropout",
+    "head",
+    "linear layers",
+    "embeddings",
+    "clip",
+    "optimizer",
+    "other",
+)
+# An operator inside one of these ranges belongs to its part, whatever it is
+ENCLOSING = (("enumerate(dataloader)", "data wait"), ("optimizer.", "optimizer"), ("_decodercrossentropy", "head"))
+# Else the first part whose word is in the operator's name (lower case, no underscores), itself or its nearest
+# enclosing operator that has one: a backward node names its forward ("GeluBackward0")
+BY_NAME = (
+    ("crossentropy", "head"),
+    ("logsoftmax", "head"),
+    ("nllloss", "head"),
+    ("scaleddotproduct", "attention"),
+    ("gelu", "GELU"),
+    ("layernorm", "LayerNorm"),
+    ("dropout", "dropout"),
+    ("bernoulli", "dropout"),
+    ("embedding", "embeddings"),
+    ("clipgrad", "clip"),
+    ("vectornorm", "clip"),
+    ("foreachnorm", "clip"),
+)
+MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul", "aten::addmm_")
+
+
+def _own_part(event: Any, vocab: int) -> Optional[str]:
+    """The part an operator's own name (and, for a product, its shapes: one side of vocabulary size is the
+    decoder's) says, or None."""
+    name = event.name.lower().replace("_", "")
+    for word, part in BY_NAME:
+        if word in name:
+            return part
+    if event.name in MATMULS or name.startswith(("mmbackward", "addmmbackward", "linearbackward")):
+        shapes = getattr(event, "input_shapes", None) or []
+        return "head" if any(vocab in shape for shape in shapes if shape) else "linear layers"
+    return None
+
+
+def part_of(event: Any, vocab: int) -> str:
+    """An operator's part: an enclosing range's (data loading, the optimizer, the fused head) first, else its own
+    or its nearest enclosing operator's, else "other"."""
+    chain, node = [], event
+    while node is not None:
+        chain.append(node)
+        node = node.cpu_parent
+    for node in chain:
+        lowered = node.name.lower()
+        for word, part in ENCLOSING:
+            if lowered.startswith(word) or word in lowered.replace(" ", ""):
+                return part
+    for node in chain:
+        part = _own_part(node, vocab)
+        if part is not None:
+            return part
+    return "other"
+
+
+def step_parts(events: Any, vocab: int) -> dict[str, float]:
+    """Self CPU time (ms) of the profiled events by part: self times add up to the CPU time of the whole."""
+    totals = dict.fromkeys(PARTS, 0.0)
+    for event in events:
+        if event.device_type.name == "CPU":
+            totals[part_of(event, vocab)] += event.self_cpu_time_total / 1e3
+    return totals
+
+
+def print_parts(parts: dict[str, dict[str, float]], steps_ms: dict[str, float]) -> None:
+    """The parts table: ms a step and share of the step's CPU time, one pair of columns per side."""
+    sides = list(parts)
+    print("| part | " + " | ".join(f"{side} ms/step | {side} share" for side in sides) + " |")
+    print("|---|" + "---|---|" * len(sides))
+    for name in (*PARTS, "CPU time"):
+        cells = []
+        for side in sides:
+            total = sum(parts[side].values())
+            ms = total if name == "CPU time" else parts[side][name]
+            cells += [f"{ms:,.1f}", f"{ms / total:.1%}" if total else "-"]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print("wall time a step without the profiler: " + ", ".join(f"{s} {ms:,.1f} ms" for s, ms in steps_ms.items()))
+    print("(CPU time adds every thread's busy time, so on several cores it can exceed the wall time)")
+
+
+class ProfiledSteps:
+    """A Trainer callback (made a TrainerCallback in `measure_hf`) that advances the profiler's schedule and stamps
+    every step's end."""
+
+    def __init__(self, prof: Any) -> None:
+        self.prof, self.ends = prof, []
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.prof.step()
+        self.ends.append(time.perf_counter())
+
+
+def measure_hf(args: argparse.Namespace) -> tuple[dict[str, float], float]:
+    """The HF recipe's step parts (ms a step) and its wall time a step without the profiler: its Trainer as the
+    benchmark runs it, --warmup steps, --steps profiled, --steps more timed."""
+    from bench.setup import CLASSIC_RECIPE, text_files
+    from bench.workers import hf_worker
+    from torch.profiler import schedule
+    from transformers import TrainerCallback
+
+    work = Path(args.work_dir)
+    train_text, _ = text_files(args.train, None, work)
+    precision = "bf16" if args.precision == "bf16" else "fp32"  # the recipe's --bf16, or its default
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    recipe = {"train.precision": precision, "train.device": device, "model.dropout": CLASSIC_RECIPE["model.dropout"]}
+    spec = {
+        "config": str(REPO / "configs" / f"{args.size}.yaml"),
+        "overrides": overrides(args) + [f"{key}={value}" for key, value in recipe.items()],
+        "mode": "throughput",
+        "steps": args.warmup + 2 * args.steps,
+        "warmup_steps": 0,
+        "train_text": str(train_text),
+        "hf_cache": str(work / "hf-datasets"),
+        "run_dir": str(work / "hf-run"),
+    }
+    steps = schedule(wait=max(args.warmup - 1, 0), warmup=1, active=args.steps, repeat=1)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, schedule=steps) as prof:
+        clock = type("ProfiledTrainerSteps", (ProfiledSteps, TrainerCallback), {})(prof)
+        hf_worker(spec, callbacks=(clock,))
+    cfg = load_config(spec["config"], spec["overrides"])
+    vocab = padded_vocab_size(len(load_tokenizer(cfg.tokenizer_dir)), cfg.model.pad_vocab_multiple)
+    parts = {name: ms / args.steps for name, ms in step_parts(prof.events(), vocab).items()}
+    return parts, (clock.ends[-1] - clock.ends[-1 - args.steps]) / args.steps * 1e3
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     variants = [[change for change in variant.split(",") if change.strip()] for variant in args.variant] or [[]]
@@ -231,6 +396,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     for index, changes in enumerate(variants):
         results.append(measure(args, changes, trace=index == 0))
         sys.stdout.flush()
+    if args.hf:
+        hf_parts, hf_ms = measure_hf(args)
+        print_parts({"ours": results[0]["parts"], "hf": hf_parts}, {"ours": results[0]["step_ms"], "hf": hf_ms})
+        results[0]["hf"] = {"parts": hf_parts, "step_ms": hf_ms}
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "parts.json").write_text(json.dumps(results[0], indent=1))
     if len(variants) > 1:
         out = Path(args.out)
         (out / "variants.json").write_text(json.dumps(results, indent=1))

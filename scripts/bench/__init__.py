@@ -34,7 +34,8 @@ time from the end of warm-up step k to the end of the last step n, tokens/s = (t
 Rounds interleave the contestants, rotating who goes first, so slow drift of the machine hits all alike.
 
 The modules: `main` (the run), `args` (the command line), `setup` (what every contestant shares), `contestants`
-(a contestant's process), `workers` (the HF recipe and the bare step inside theirs), `stats`, the sections in
+(a contestant's process), `workers` (the HF recipe and the bare step inside theirs), `stats`, `cpu_limit` (a CPU's
+matrix-product limit, measured, and the MFU against it), the sections in
 `speed` (1, 2, 6, 8), `quality` (3, 4, 5, 7), `downstream` (9, 10) and `objectives` (11), `verdicts` (each figure
 against its target) and `report` (the Markdown, a self-contained measurement file, and the files written).
 """

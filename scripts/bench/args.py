@@ -146,7 +146,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         help="variants: the fast recipe changed, e.g. mb:model.architecture=modernbert (repeatable)")  # fmt: skip
     add("--electra-set", action="append", default=[], metavar="KEY=VALUE", help="change ELECTRA's recipe (electra)")
     add("--target-ppl", type=float, help="default: the lowest perplexity the HF recipe reached in its budget")
-    add("--peak-tflops", type=float, default=H200_DENSE_BF16_TFLOPS, help="peak for MFU (default H200 dense bf16)")
+    add(
+        "--peak-tflops",
+        type=float,
+        default=H200_DENSE_BF16_TFLOPS,
+        help="a GPU's peak for MFU (default H200 dense bf16); on a CPU the benchmark measures its limit",
+    )
     defaulted("--probe-epochs", int, "downstream, electra, objectives, recipes: fine-tuning epochs")
     add("--task", help="downstream, electra, objectives, recipes: a labeled task folder (train/valid/test)")
     add("--pair-task", help="objectives: a sentence-pair task folder (text, pair, label; scripts/make_pair_task.py)")

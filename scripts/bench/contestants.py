@@ -19,7 +19,7 @@ ENTRY = REPO / "scripts" / "benchmark.py"  # the workers' processes run the scri
 def _child_env() -> dict[str, str]:
     """The children import mlmtrain from this checkout even where it is not installed."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), env.get("PYTHONPATH")) if p)
     return env
 
 

@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import torch
 
+from bench.cpu_limit import REPEATS
 from bench.setup import LABELS, REPO, BenchmarkError
 from mlmtrain.train.precision import cpuinfo_field
 
@@ -34,9 +35,9 @@ def _number(value: Optional[float], digits: int = 0) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
 
 
-def _percent(share: float) -> str:
+def _percent(share: Optional[float]) -> str:
     """3 significant digits: a CPU's MFU against a GPU's peak is tiny but still tells sizes apart."""
-    return f"{100 * share:.3g}%"
+    return "–" if share is None else f"{100 * share:.3g}%"
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -81,6 +82,7 @@ def _header_lines(results: dict[str, Any]) -> list[str]:
 
 
 def _rounds_lines(rounds: dict[str, Any]) -> list[str]:
+    mfu = rounds["mfu"]
     rows = [
         [
             LABELS[name],
@@ -88,18 +90,42 @@ def _rounds_lines(rounds: dict[str, Any]) -> list[str]:
             f"{_number(rounds[name]['min'])}–{_number(rounds[name]['max'])}",
             _number(rounds[name]["peak_rss_mb"]),
             _number(rounds[name]["peak_device_mb"]),
-            _percent(rounds["mfu"][name]),
+            _percent(mfu[name]),
         ]
         for name in ("ours", "hf", "bare")
         if name in rounds
     ]
     lines = ["## Throughput (tokens/s, steady state)", ""]
     lines += _table(["contestant", "median", "min–max", "peak RSS MiB", "peak device MiB", "MFU"], rows)
-    return lines + [
-        "",
-        f"MFU = {rounds['mfu']['formula']}; flops_per_token = {rounds['mfu']['flops_per_token']:.4g}",
-        "",
-    ]
+    lines += ["", f"MFU = {mfu['formula']}; flops_per_token = {mfu['flops_per_token']:.4g}"]
+    if "cpu_limit" in mfu:
+        lines += ["", cpu_limit_line(mfu["cpu_limit"])]
+    summary = summary_line(rounds)
+    return lines + (["", summary] if summary else []) + [""]
+
+
+def cpu_limit_line(limit: dict[str, Any]) -> str:
+    """ "CPU limit: X GFLOP/s fp32 (Y bf16)" and how it was measured."""
+    gflops = limit["gflops"]
+    bf16 = f" ({_number(gflops['bf16'])} bf16)" if gflops.get("bf16") else " (no bf16 on this CPU)"
+    return (
+        f"CPU limit: {_number(gflops['fp32'])} GFLOP/s fp32{bf16}: the model's matrix products "
+        f"({'; '.join(limit['products'])}), fastest of {REPEATS} each, on {limit['threads']} torch threads, "
+        f"best of {limit.get('measurements', 1)} measurements (one after each round)"
+    )
+
+
+def summary_line(rounds: dict[str, Any]) -> str:
+    """The targets' figures in one line: ours / HF recipe tokens/s with each side's MFU beside it, ours / bare step."""
+    mfu, parts = rounds["mfu"], []
+    if "ratio" in rounds:
+        parts.append(
+            f"ours / HF recipe {rounds['ratio']:.2f}x tokens/s (MFU ours {_percent(mfu['ours'])}, "
+            f"HF recipe {_percent(mfu['hf'])})"
+        )
+    if "ours_over_limit" in rounds:
+        parts.append(f"ours / bare step {100 * rounds['ours_over_limit']:.1f} %")
+    return "; ".join(parts)
 
 
 def _recipe_lines(recipe: dict[str, Any]) -> list[str]:

@@ -8,6 +8,7 @@ from typing import Any, Optional
 import torch
 
 from bench.contestants import run_ours, run_worker
+from bench.cpu_limit import best_limit, cpu_mfu, limit_dtype, measure_cpu_limit, model_products
 from bench.setup import LABELS, Setup
 from bench.stats import same_step, spread, steady_tokens_per_s
 from mlmtrain.config import load_config
@@ -52,11 +53,16 @@ def measure_rounds(setup: Setup, sections: set[str]) -> dict[str, Any]:
     a = setup.args
     names = _contestants(sections)
     runs: dict[str, list[dict]] = {name: [] for name in names}
+    cfg, vocab_size, flops = _flop_count(setup)
+    products = model_products(cfg.model, vocab_size, a.batch * cfg.data.seq_len, cfg.masking.mlm_probability)
+    limits = []  # on a CPU its limit, measured after every round: the best one counts, as a quiet moment allowed
     for round_number in range(1, a.rounds + 1):
         shift = (round_number - 1) % len(names)
         for name in names[shift:] + names[:shift]:
             say(f"benchmark: round {round_number}/{a.rounds}: {LABELS[name]}")
             runs[name].append(_throughput_run(setup, name, round_number))
+        if setup.device == "cpu":
+            limits.append(measure_cpu_limit(products))
     out: dict[str, Any] = {}
     for name in names:
         out[name] = dict(
@@ -70,7 +76,7 @@ def measure_rounds(setup: Setup, sections: set[str]) -> dict[str, Any]:
         out["ratio"] = out["ours"]["median"] / out["hf"]["median"]
     if "bare" in out:
         out["ours_over_limit"] = out["ours"]["median"] / out["bare"]["median"]
-    out["mfu"] = model_flops_utilisation(setup, out)
+    out["mfu"] = model_flops_utilisation(setup, out, flops, best_limit(limits) if limits else None)
     return out
 
 
@@ -79,20 +85,36 @@ def _max_or_none(values: list[Optional[float]]) -> Optional[float]:
     return max(known) if known else None
 
 
-def model_flops_utilisation(setup: Setup, rounds: dict[str, Any]) -> dict[str, Any]:
-    """MFU = flops_per_token(sparse head) x tokens/s / peak FLOP/s, for every contestant measured."""
+def _flop_count(setup: Setup) -> tuple[Any, int, float]:
+    """(our config, its vocabulary size, flops_per_token with the sparse head): the FLOPs every contestant's MFU
+    counts, so that the shares compare."""
     cfg = load_config(setup.config_path(), setup.ours(setup.run_dir("flops")))
     vocab_size = len(load_tokenizer(cfg.tokenizer_dir))
     flops = flops_per_token(cfg.model, vocab_size, cfg.data.seq_len, cfg.masking.mlm_probability, sparse_head=True)
-    peak = setup.args.peak_tflops * 1e12
-    out: dict[str, Any] = {
-        "formula": f"flops_per_token(sparse head) x tokens/s / ({setup.args.peak_tflops:g} TFLOP/s)",
-        "flops_per_token": flops,
-        "peak_tflops": setup.args.peak_tflops,
-    }
+    return cfg, vocab_size, flops
+
+
+def model_flops_utilisation(
+    setup: Setup, rounds: dict[str, Any], flops: float, cpu_limit: Optional[dict[str, Any]]
+) -> dict[str, Any]:
+    """MFU = flops_per_token(sparse head) x tokens/s / peak FLOP/s, for every contestant measured: on a GPU against
+    --peak-tflops, on a CPU against `cpu_limit`, the limit measured between the rounds (a GEMM of the model's
+    shapes; a contestant in bf16 against the bf16 limit)."""
+    out: dict[str, Any] = {"flops_per_token": flops}
+    if cpu_limit is None:
+        peak = setup.args.peak_tflops
+        out |= {"formula": f"flops_per_token(sparse head) x tokens/s / ({peak:g} TFLOP/s)", "peak_tflops": peak}
+        for name in ("ours", "hf", "bare"):
+            if name in rounds:
+                out[name] = flops * rounds[name]["median"] / (peak * 1e12)
+        return out
+    ours = limit_dtype(resolve_precision(setup.precision, torch.device("cpu")).name)
+    dtypes = {"ours": ours, "bare": ours, "hf": limit_dtype(setup.hf_precision)}
+    out |= {"formula": "flops_per_token(sparse head) x tokens/s / CPU limit", "cpu_limit": cpu_limit, "limit_of": {}}
     for name in ("ours", "hf", "bare"):
         if name in rounds:
-            out[name] = flops * rounds[name]["median"] / peak
+            out["limit_of"][name] = dtypes[name]
+            out[name] = cpu_mfu(flops, rounds[name]["median"], cpu_limit["gflops"][dtypes[name]])
     return out
 
 

@@ -167,8 +167,9 @@ def recipe_arguments(cfg: Config, spec: dict[str, Any]) -> dict[str, Any]:
     return arguments
 
 
-def hf_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    """The HF recipe: Trainer + DataCollatorForLanguageModeling + BertForMaskedLM (dense head, as HF runs it)."""
+def hf_worker(spec: dict[str, Any], callbacks: tuple[TrainerCallback, ...] = ()) -> dict[str, Any]:
+    """The HF recipe: Trainer + DataCollatorForLanguageModeling + BertForMaskedLM (dense head, as HF runs it);
+    `callbacks` join the step clock (scripts/profile_step.py profiles the recipe's steps through one)."""
     from transformers import AutoTokenizer, DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
     cfg = load_config(spec["config"], spec["overrides"])
@@ -193,7 +194,7 @@ def hf_worker(spec: dict[str, Any]) -> dict[str, Any]:
         args=TrainingArguments(**recipe_arguments(cfg, spec)),
         train_dataset=dataset,
         data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=HF_MLM_PROBABILITY),
-        callbacks=[clock],
+        callbacks=[clock, *callbacks],
         optimizers=clocked_schedule(model, cfg, clock, spec) if ours else (None, None),
     )
     trainer.train()

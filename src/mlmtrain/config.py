@@ -431,9 +431,10 @@ class TrainConfig:
         "with AMX, bf16-head on AMD CPUs with AVX512-BF16, else fp32",
     )
     device: str = _quiet("auto", "auto, cpu, cuda or cuda:N", check=DEVICE)
-    compile: bool = _quiet(
+    compile: Union[bool, Literal["auto"]] = _quiet(
         False,
-        "torch.compile the model: faster steps after compiling first; needs a C++ compiler (CPU) or Triton (CUDA)",
+        "torch.compile the model: faster steps after compiling first; needs a C++ compiler (CPU) or Triton (CUDA); "
+        "auto: on a CPU where a compiler works and the budget is long enough to repay compiling (10 min, 1e14 FLOPs)",
     )
     seed: int = _trains(0, "seed of weights, data order and masks")
     objective: Literal["mlm", "electra", "mlm+nsp", "mlm+sop", "distill"] = _trains(

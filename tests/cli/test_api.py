@@ -92,7 +92,7 @@ def test_the_docs_examples_run(tmp_path: Path) -> None:
     _task(tmp_path / "my-task")
     script = tmp_path / "examples.py"
     script.write_text("\n".join(blocks), encoding="utf-8")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
     done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600
     )

@@ -274,6 +274,7 @@ BAD_ARGUMENTS = [
     (["config", "show", "--set", "train.batch_size=1.5"], "train.batch_size must be int"),
     (["config", "show", "--set", "train.batch_size=true"], "train.batch_size must be int"),
     (["config", "show", "--set", "train.progress=maybe"], "train.progress must be bool"),
+    (["config", "show", "--set", "train.compile=sometimes"], "train.compile must be bool or 'auto'"),
     (["config", "show", "--set", "masking.mlm_probability=abc"], "masking.mlm_probability must be float"),
     (["config", "show", "--set", "optim.lr=-1"], "optim.lr must be > 0"),
     (["config", "show", "--set", "optim.schedule=exponential"], "optim.schedule must be"),

@@ -11,6 +11,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -110,7 +111,7 @@ def test_a_missing_hf_package_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _run(command: list[str]) -> subprocess.CompletedProcess:
     # PYTHON: benchmark_gpu.sh runs the interpreter running the tests, not whichever python3 is on PATH
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), PYTHON=sys.executable)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "src"), PYTHON=sys.executable)
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
@@ -136,6 +137,9 @@ def test_quick_throughput_and_limit(tmp_path: Path) -> None:
         assert rounds["mfu"][name] > 0
     assert rounds["ratio"] > 0 and rounds["ours_over_limit"] > 0
     assert rounds["mfu"]["flops_per_token"] > 0
+    assert rounds["mfu"]["cpu_limit"]["gflops"]["fp32"] > 0  # measured here, not a GPU's peak
+    (report_md,) = out.glob("benchmark-*.md")
+    assert "CPU limit: " in report_md.read_text() and "ours / HF recipe " in report_md.read_text()
     assert "mlmtrain pretrain" in rounds["ours"]["command"]
     assert report["settings"]["size"] == "tiny" and report["settings"]["device"] == "cpu"
     assert [v["figure"] for v in report["verdicts"]] == ["throughput: ours / HF recipe", "ours / bare-step limit"]
@@ -165,9 +169,41 @@ def test_gpu_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
 def test_profile_script_runs_on_cpu_with_quick(tmp_path: Path) -> None:
     out = tmp_path / "profile"
     script = REPO / "scripts" / "profile_step.py"
-    done = _run([sys.executable, str(script), "--quick", "--work-dir", str(tmp_path / "work"), "--out", str(out)])
+    work = ["--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    done = _run([sys.executable, str(script), "--quick", "--parts", *work])
     assert "tokens/s" in done.stdout and "Optimizer.step" in done.stdout  # the step line and the operator table
     assert json.loads((out / "trace.json").read_text())["traceEvents"]
+    # --parts: the step's CPU time by part, the optimizer's and the head's among them
+    rows = {line.split(" | ")[0][2:]: line for line in done.stdout.splitlines() if line.startswith("| ")}
+    assert {"data wait", "attention", "GELU", "LayerNorm", "head", "optimizer", "CPU time"} <= rows.keys()
+
+
+def _event(name: str, parent: object = None, shapes: tuple = ()) -> SimpleNamespace:
+    return SimpleNamespace(name=name, cpu_parent=parent, input_shapes=list(shapes))
+
+
+def test_profile_parts_name_each_operator_by_its_range_its_name_or_its_shapes() -> None:
+    from profile_step import part_of
+
+    vocab = 30522
+    loader = _event("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__")
+    fused = _event("_DecoderCrossEntropy")
+    step = _event("Optimizer.step#AdamW.step")
+    gelu_backward = _event("autograd::engine::evaluate_function: GeluBackward0")
+    decoder_backward = _event("autograd::engine::evaluate_function: AddmmBackward0")
+    cases = {
+        "data wait": _event("aten::copy_", _event("aten::stack", loader)),
+        "head": _event("aten::mm", fused, [[1638, 256], [256, vocab]]),
+        "optimizer": _event("aten::_fused_adamw_", step),
+        "GELU": _event("aten::mul", gelu_backward),
+        "LayerNorm": _event("aten::native_layer_norm"),
+        "attention": _event("aten::_scaled_dot_product_flash_attention_for_cpu"),
+        "linear layers": _event("aten::mm", decoder_backward, [[4096, 256], [256, 1024]]),
+        "clip": _event("aten::_foreach_norm"),
+        "other": _event("aten::fill_"),
+    }
+    assert {part: part_of(event, vocab) for part, event in cases.items()} == {part: part for part in cases}
+    assert part_of(_event("aten::mm", decoder_backward, [[4096, vocab], [vocab, 256]]), vocab) == "head"
 
 
 def _profile_variants(tmp_path: Path, *variants: str) -> tuple[subprocess.CompletedProcess, list[dict]]:

@@ -194,8 +194,8 @@ def check_before_start(run: ResolvedRun, device: torch.device) -> None:
 
     cfg = run.cfg
     check_model_fits(cfg.model, cfg.tokenizer.vocab_size, device)
-    if cfg.train.compile:
-        from mlmtrain.train.step import check_compile_toolchain
+    if cfg.train.compile is True:  # auto goes without, saying why
+        from mlmtrain.train.compiling import check_compile_toolchain
 
         check_compile_toolchain(device)
     ownership.check_latest_link(run.run_dir)  # a user's folder named latest would fail the first save

@@ -31,6 +31,7 @@ from mlmtrain.runtime.trackers import check_trackers
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train import ema, ownership
 from mlmtrain.train.branch import take_branch_tokenizer
+from mlmtrain.train.compiling import compile_failure, reproducible_compile
 from mlmtrain.train.guard import RunLock, StopRequested, check_before_start, claim_run_dir
 from mlmtrain.train.init_from import kept_pooler, second_phase_note, write_added_words
 from mlmtrain.train.objectives import Evaluation, objective_of
@@ -41,8 +42,6 @@ from mlmtrain.train.step import (
     TrainingSetup,
     budget_progress,
     build_setup,
-    compile_failure,
-    reproducible_compile,
     spent_budgets,
     train_step,
 )
@@ -84,8 +83,7 @@ def _pretrain(run: ResolvedRun, ctx: DistContext, overwrite: bool) -> Path:
             on_main(ctx, lambda: _ensure_data(cfg, run.resumed_base))
             if ctx.is_main and run.resume == "auto" and run.resume_from is None:
                 say(f"no checkpoint in {run_dir}; starting a new run")
-            with reproducible_compile(cfg, ctx.device):
-                return _run(run, ctx, task)
+            return _run(run, ctx, task)
     except RuntimeError as error:
         failed = compile_failure(error)
         if failed is not None:  # e.g. a C++ compiler found but unable to build: the fix is to train without compile
@@ -164,7 +162,8 @@ def _run(run: ResolvedRun, ctx: DistContext, task: Optional[Task]) -> Path:
     if resume_from is not None and not run.branched:
         on_main(ctx, lambda: _set_aside_later(run_dir, setup.state.step, resume_from))
     pooler = kept_pooler(run.base) if ctx.is_main else None  # rank 0 alone saves
-    return Loop(setup, run_dir, validation, probe, pooler).run()
+    with reproducible_compile(setup.compiled.on, ctx.device):
+        return Loop(setup, run_dir, validation, probe, pooler).run()
 
 
 def _set_aside_later(run_dir: Path, step: int, resumed: Path) -> None:
@@ -206,6 +205,8 @@ def _announce(setup: TrainingSetup, run_dir: Path, resume_from: Optional[Path], 
     )
     if setup.precision.warning:
         say(setup.precision.warning)
+    if setup.compiled.on or cfg.train.compile == "auto":
+        say(setup.compiled.line())
     if note := setup.objective.start_note():
         say(note)
     if setup.saved and setup.saved.get("world_size", 1) != ctx.world_size:

@@ -9,7 +9,7 @@ non-finite step on the device: nothing waits for the device; `StepResult.read` c
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -42,72 +42,10 @@ from mlmtrain.runtime.distributed import DistContext, all_reduce_sum
 from mlmtrain.runtime.progress import say
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train import resume_checks
+from mlmtrain.train.compiling import CompileChoice, choose_compile
 from mlmtrain.train.ema import STATE_KEY, WeightAverage, restore_live_weights
 from mlmtrain.train.objectives import Objective, objective_of
 from mlmtrain.train.precision import Precision, resolve_precision
-
-
-def check_compile_toolchain(device: torch.device) -> None:
-    """UserError, before anything is built, where `train.compile`'s backend (inductor) cannot generate code for
-    `device`: it writes C++ for the CPU and Triton kernels for CUDA, and without a compiler or Triton the first step
-    would fail with a page of traceback. (A compiler that is found but cannot build, e.g. without Python's headers,
-    is caught at the first step instead: `compile_failure`.)"""
-    if device.type == "cuda":
-        from torch.utils._triton import has_triton
-
-        if not has_triton():
-            raise UserError(
-                "config",
-                "train.compile: true needs Triton to compile for CUDA, and it is not installed; install it "
-                "(pip install triton) or set train.compile: false",
-            )
-        return
-    try:
-        from torch._inductor.cpp_builder import get_cpp_compiler
-    except ImportError:  # an older torch: a missing compiler shows at the first step (compile_failure)
-        return
-    try:
-        get_cpp_compiler()  # tries $CXX (else g++, or clang++ on macOS) with --version
-    except Exception:
-        raise UserError(
-            "config",
-            "train.compile: true needs a C++ compiler on the CPU, and none works here; install one (g++ or clang++, "
-            "or point CXX at it) or set train.compile: false",
-        ) from None
-
-
-@contextmanager
-def reproducible_compile(cfg: Config, device: torch.device) -> Iterator[None]:
-    """With train.compile on the CPU, torch's deterministic algorithms for the block (then as before). Inductor's
-    C++ kernels otherwise sum some gradients with parallel atomic adds (the token-type embedding's, every position
-    into one row), so two runs, or a run and its resumed copy, differ in the last bits. Measured on 2 cores: the
-    mini step is as fast either way. (Eager CPU kernels are deterministic already; CUDA's are not bit-reproducible
-    in any case, and there the switch would refuse some kernels.)"""
-    if not (cfg.train.compile and device.type == "cpu"):
-        yield
-        return
-    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)  # warn_only: an op without such a kernel still runs
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-
-
-def compile_failure(error: BaseException) -> Optional[str]:
-    """The first line of `error` when it is torch.compile failing to compile the model (a C++ compiler that cannot
-    build, a kernel it cannot generate), else None: the fix is the same whatever the cause, train.compile: false."""
-    from torch._dynamo.exc import BackendCompilerFailed
-
-    if not isinstance(error, BackendCompilerFailed):
-        return None
-    inner = getattr(error, "inner_exception", None) or error
-    first = next((line.strip() for line in str(inner).splitlines() if line.strip()), type(inner).__name__)
-    output = getattr(inner, "output", None)  # a C++ compiler's own output: its first error says what is missing
-    if isinstance(output, str):
-        said = [line.strip() for line in output.splitlines() if "error" in line.lower()]
-        first = f"{first}: {said[0]}" if said else first
-    return first if len(first) <= 240 else first[:237] + "..."
 
 
 @dataclass
@@ -139,6 +77,7 @@ class TrainingSetup:
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     precision: Precision
+    compiled: CompileChoice  # whether `model` is compiled, and why
     tokenizer: Any
     vocab: VocabInfo
     layout: BatchLayout
@@ -198,7 +137,8 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
     model.head_dtype = precision.head_dtype  # bf16-head: the (generator's) masked-LM head alone in bf16
     if isinstance(model, MaskedLM):
         model.static_rows = device.type != "cpu"  # the sparse head at a fixed capacity: no data-dependent shape
-    if cfg.train.compile:
+    compiled = choose_compile(cfg.train, device, cfg.train.batch_size * cfg.data.seq_len, objective.flops_per_token)
+    if compiled.on:
         model = torch.compile(model)
     if ctx.distributed:
         model = torch.nn.parallel.DistributedDataParallel(
@@ -234,6 +174,7 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
         optimizer,
         scaler,
         precision,
+        compiled,
         tokenizer,
         vocab,
         layout,

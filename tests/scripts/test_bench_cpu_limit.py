@@ -1,0 +1,94 @@
+"""scripts/bench/cpu_limit.py and its report lines: the CPU limit (the matrix-product FLOP/s of the model's own
+shapes, measured) and each contestant's model FLOPs per second as a share of it (CPU MFU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from bench.cpu_limit import Product, best_limit, cpu_mfu, limit_dtype, limit_flops_per_s, model_products, time_products
+from bench.report import markdown
+from bench.verdicts import Verdict
+
+from mlmtrain.config import ModelConfig
+from mlmtrain.model.bert import flops_per_token
+
+MINI = ModelConfig(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024)
+
+
+def test_the_limit_weighs_each_product_as_often_as_a_step_runs_it() -> None:
+    small = Product("small", 10, 10, 10, per_forward=3)  # 2,000 FLOPs, 1 s each
+    large = Product("large", 100, 10, 10, per_forward=1)  # 20,000 FLOPs in 2 s
+    # 3 x 2,000 + 20,000 FLOPs in 3 x 1 + 2 seconds
+    assert limit_flops_per_s([small, large], {"small": 1.0, "large": 2.0}) == pytest.approx(26_000 / 5)
+
+
+def test_the_products_are_the_model_flop_count_less_attention_scores_and_the_head_transform() -> None:
+    """Times 3 (forward and backward), the products per token are `flops_per_token`'s matrix products (to the
+    rounding of the selected rows) but for the attention scores (no weights: not a GEMM of the model's shapes) and
+    the head's small transform."""
+    tokens, rate, vocab = 32 * 128, 0.4, 30522
+    products = model_products(MINI, vocab, tokens, rate)
+    per_token = 3 * sum(p.flops * p.per_forward for p in products) / tokens
+    hidden, seq = MINI.hidden_size, 128
+    left_out = 6 * (MINI.num_layers * 2 * seq * hidden + rate * hidden * hidden)
+    assert per_token == pytest.approx(flops_per_token(MINI, vocab, seq, rate, sparse_head=True) - left_out, rel=1e-3)
+    assert {p.name: (p.rows, p.inner, p.columns) for p in products}["decoder"] == (1638, 256, 30522)
+
+
+def test_cpu_mfu_is_model_flops_per_second_over_the_limit_of_the_side_precision() -> None:
+    assert cpu_mfu(4e7, 5_000.0, 400.0) == pytest.approx(4e7 * 5_000 / 400e9)
+    assert cpu_mfu(4e7, 5_000.0, None) is None  # no bf16 limit on a CPU without bf16
+    assert [limit_dtype(name) for name in ("fp32", "bf16", "bf16-head")] == ["fp32", "bf16", "fp32"]
+
+
+def test_the_limit_of_several_rounds_is_each_precision_best() -> None:
+    """Measured after each round on a shared machine: a busy moment lowers one measurement, not the limit."""
+    rounds = [{"gflops": {"fp32": 300.0, "bf16": None}, "threads": 2, "products": []}]
+    rounds.append({"gflops": {"fp32": 120.0, "bf16": None}, "threads": 2, "products": []})
+    assert best_limit(rounds) == {
+        "gflops": {"fp32": 300.0, "bf16": None},
+        "threads": 2,
+        "products": [],
+        "measurements": 2,
+    }
+
+
+def test_time_products_times_each_product() -> None:
+    seconds = time_products([Product("p", 8, 8, 8, 1)], torch.float32, repeats=2)
+    assert seconds.keys() == {"p"} and seconds["p"] > 0
+
+
+def test_the_report_prints_the_cpu_limit_and_both_mfus_beside_the_ratio() -> None:
+    machine = {"cpu": "Some CPU", "cpu_count": 2, "memory_gib": 24.0, "torch_threads": 2, "platform": "Linux-6"}
+    settings = {"size": "mini", "seq_len": 128, "batch": 32, "precision": "fp32 (fp32)", "device": "cpu", "steps": 30}
+    settings |= {"warmup_steps": 5, "rounds": 3, "vocab_size": 30522, "train_text": "train.txt", "set": []}
+    side = {"median": 6000.0, "min": 5900.0, "max": 6100.0, "peak_rss_mb": 1500.0, "peak_device_mb": None}
+    limit = {
+        "gflops": {"fp32": 500.0, "bf16": 1500.0},
+        "threads": 2,
+        "products": ["decoder [1638, 256] x [256, 30522] x1"],
+        "measurements": 3,
+    }
+    rounds = {
+        "ours": side,
+        "hf": dict(side, median=2000.0),
+        "bare": dict(side, median=6100.0),
+        "ratio": 3.0,
+        "ours_over_limit": 6000 / 6100,
+        "mfu": {"formula": "f", "flops_per_token": 4e7, "cpu_limit": limit, "ours": 0.48, "hf": 0.16, "bare": 0.488},
+    }
+    results = {
+        "created": "2026-12-03T06:00:00+0000",
+        "source": {"commit": "a" * 40, "uncommitted_changes": False},
+        "command": "python scripts/benchmark.py --sections throughput,limit --precision fp32",
+        "machine": machine | {"python": "3.11.7", "versions": {"torch": "2.13.0"}},
+        "settings": settings,
+        "rounds": rounds,
+        "verdicts": [Verdict("throughput: ours / HF recipe", 3.0, ">=", 3.0)],
+    }
+    text = markdown(results)
+    assert "CPU limit: 500 GFLOP/s fp32 (1,500 bf16): the model's matrix products (decoder " in text
+    assert "on 2 torch threads, best of 3 measurements (one after each round)" in text
+    assert "ours / HF recipe 3.00x tokens/s (MFU ours 48%, HF recipe 16%); ours / bare step 98.4 %" in text
+    limit["gflops"]["bf16"] = None
+    assert "CPU limit: 500 GFLOP/s fp32 (no bf16 on this CPU)" in markdown(results)
