@@ -47,8 +47,9 @@ def markdown(results: dict[str, Any]) -> str:
     for key, section_lines in SECTION_LINES:
         if results.get(key):
             lines += section_lines(results[key])
-    lines += ["## Targets", ""]
-    lines += _table(["figure", "value", "target", "result"], [v.row() for v in results["verdicts"]])
+    if results["verdicts"]:  # a section with no target of its own (variants) adds no empty table
+        lines += ["## Targets", ""]
+        lines += _table(["figure", "value", "target", "result"], [v.row() for v in results["verdicts"]])
     return "\n".join(lines) + "\n"
 
 
@@ -62,7 +63,9 @@ def _header_lines(results: dict[str, Any]) -> list[str]:
     memory = f", {m['memory_gib']:.0f} GiB" if m.get("memory_gib") else ""
     software = ", ".join(f"{name} {m['versions'][name]}" for name in SOFTWARE if m["versions"].get(name))
     model = f"{s['size']}, "
-    timed = f"{s['steps']} steps ({s['warmup_steps']} warm-up), {s['rounds']} rounds, vocab {s['vocab_size']}, "
+    timed = f"vocab {s['vocab_size']}, "
+    if {"throughput", "limit"} & set(s.get("sections") or ["throughput"]):  # the timed rounds' settings
+        timed = f"{s['steps']} steps ({s['warmup_steps']} warm-up), {s['rounds']} rounds, " + timed
     if s.get("sections") == ["adapt"]:  # every model there has the base's shape and vocabulary; nothing is timed
         model, timed = "the base's shape and vocabulary, ", ""
     return [

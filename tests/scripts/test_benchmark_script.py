@@ -287,6 +287,8 @@ def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
         "## Variants of the fast recipe at equal wall time" in markdown
         and "| mb | model.architecture=modernbert" in markdown
     )
+    assert "rounds" not in markdown.split("- settings:")[1].splitlines()[0]  # no timed rounds ran
+    assert markdown.count("## Targets") == 1
 
 
 def test_mean_interval_over_seeds_uses_students_t() -> None:
