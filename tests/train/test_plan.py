@@ -11,8 +11,9 @@ import pytest
 from mlmtrain.config import load_config
 from mlmtrain.report.health import run_checks
 from mlmtrain.report.rundata import load_run
+from mlmtrain.runtime.progress import duration
 from mlmtrain.train.loop import pretrain
-from mlmtrain.train.plan import Forecast, RateMeter, duration, forecast
+from mlmtrain.train.plan import Forecast, RateMeter, forecast
 from mlmtrain.train.step import TrainState
 
 from ..helpers import metrics

@@ -32,6 +32,7 @@ from mlmtrain.probe_settings import ProbeSettings
 from mlmtrain.readers import load_json_text, load_yaml_text
 from mlmtrain.runtime.durable import json_safe, replace_text
 from mlmtrain.runtime.files import write_failure
+from mlmtrain.runtime.progress import duration
 
 SUITES = ("glue",)
 # metric: whether it scores a regression (float labels) rather than classes
@@ -340,7 +341,7 @@ def run_suite(
         for place, seed in enumerate(seeds, 1):
             if seed in finished:
                 continue
-            eta = f", about {_duration(spent / done_work * left)} left" if done_work else ""
+            eta = f", about {duration(spent / done_work * left)} left" if done_work else ""
             tell(f"scorecard: task {number} of {len(tasks)} ({task.name}), seed {place} of {len(seeds)}{eta}")
             started = time.perf_counter()
             figures = seed_figures(
@@ -356,7 +357,3 @@ def run_suite(
     scorecard.record["reference"] = reference_record(config, tasks)
     scorecard.save()
     return scorecard.record
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"

@@ -254,3 +254,12 @@ def progress_bar(
 def say(text: str) -> None:
     """A plain status line on stderr (stdout stays free for --json output)."""
     print(text, file=sys.stderr, flush=True)
+
+
+def duration(seconds: float) -> str:
+    """'45 s', '12 min', '3.5 h': a time left in words fit for a progress line."""
+    if seconds < 90:
+        return f"{max(seconds, 0):.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from mlmtrain.config import Config
+from mlmtrain.runtime.progress import duration
 from mlmtrain.train.step import TrainState
 
 
@@ -46,15 +47,6 @@ def forecast(cfg: Config, state: TrainState, steps_per_s: float, tokens_per_step
     budget, left = min(((key, value) for key, value in steps_left.items() if value is not None), key=lambda kv: kv[1])
     left = max(math.ceil(left), 0)
     return Forecast(budget, state.step + left, left / steps_per_s)
-
-
-def duration(seconds: float) -> str:
-    """'45 s', '12 min', '3.5 h': a time left in words fit for a progress line."""
-    if seconds < 90:
-        return f"{max(seconds, 0):.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 class RateMeter:
