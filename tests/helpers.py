@@ -220,15 +220,21 @@ def file_size_limit(size: int) -> Iterator[None]:
 
 
 def torchrun(
-    data: Path, run_dir: Path, *flags: str, log_dir: Optional[Path] = None, **overrides: object
+    data: Path,
+    run_dir: Path,
+    *flags: str,
+    log_dir: Optional[Path] = None,
+    options: Optional[list[str]] = None,
+    **overrides: object,
 ) -> subprocess.Popen:
-    """Start `torchrun --standalone --nproc_per_node=2 -m mlmtrain pretrain` on the tiny store (output piped)."""
+    """Start `torchrun --standalone --nproc_per_node=2 -m mlmtrain pretrain` on the tiny store (output piped), or
+    with the --set `options` given (then `data`, `run_dir` and `overrides` are not read)."""
     overrides["train.run_dir"] = run_dir
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]  # = torchrun
     if log_dir is not None:
         command += ["--log-dir", str(log_dir), "--tee", "3"]  # each rank's output also lands in its own file
     command += ["-m", "mlmtrain", "pretrain", *flags]
-    for option in tiny_overrides(data, **overrides):
+    for option in tiny_overrides(data, **overrides) if options is None else options:
         command += ["--set", option]
     # One thread per process: two ranks share two cores. A collective timeout in seconds, not half an hour,
     # so a rank left waiting fails this test instead of hanging it.

@@ -73,6 +73,8 @@ def run_ours(setup: Setup, run_dir: Path, overrides: list[str], config: Optional
         "points": [(m["tokens"], m["elapsed_s"]) for m in train],
         "evals": training_clock(train, evals),
         "steps": train[-1]["step"] if train else 0,
+        "tokens": train[-1]["tokens"] if train else 0,
+        "flops": train[-1].get("flops", 0) if train else 0,
         "process_peak_rss_mb": rss,
         "command": shlex.join(command),
     }

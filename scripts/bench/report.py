@@ -380,15 +380,19 @@ def _variants_lines(variants: dict[str, Any]) -> list[str]:
     for name, row in variants["rows"].items():
         changes = ", ".join(f"{key}={value}" for key, value in row["changes"].items()) or "–"
         probe = row.get("probe")
-        cells = [name, changes, _number(row["steps"]), f"{row['train_seconds']:.0f}", f"{row['eval_ppl']:.2f}"]
+        flops = f"{row['flops']:.3g}" if row.get("flops") else "–"  # reports written before FLOPs were kept
+        cells = [name, changes, _number(row["steps"]), f"{row['train_seconds']:.0f}", flops, f"{row['eval_ppl']:.2f}"]
         if variants["task"]:
             cells += [_interval(probe), _interval(probe["minus_fast"], sign=True) if "minus_fast" in probe else "–"]
         rows.append(cells)
     fast = ", ".join(f"{key}={value}" for key, value in variants["fast_recipe"].items())
-    header = ["recipe", "changes to the fast recipe", "steps", "train s", "final ppl (15 % masks)"]
+    header = ["recipe", "changes to the fast recipe", "steps", "train s", "FLOPs", "final ppl (15 % masks)"]
     if variants["task"]:
         header += [f"{Path(variants['task']).name} accuracy", "minus fast (paired)"]
     lines = [f"## Variants of the fast recipe at equal wall time ({variants['budget_s']:g} s each; fast: {fast})", ""]
+    if any("train.max_time" in row["changes"] for row in variants["rows"].values()):
+        lines += ["A variant with `train.max_time=None` trained for the fast run's compute (its FLOPs, tokens or "
+                  "steps, as its changes say) with no time budget: equal compute, not equal time.", ""]  # fmt: skip
     lines += _table(header, rows)
     if variants["task"]:
         lines += ["", f"Fine-tuned as `mlmtrain probe` does, {variants['seeds']} seeds: test accuracy, mean ± 95 % "

@@ -2,7 +2,8 @@
 architecture, a weight average, attention within documents, a masking-rate schedule, ...), each trained for
 --quality-budget seconds on the same tokenizer and data; judged by the final validation perplexity on the classic
 15 % evaluation masks and, with --task, by fine-tuning over --seeds seeds, each variant paired seed by seed with the
-fast recipe."""
+fast recipe. A variant may instead take the fast recipe's compute: `train.max_flops=fast` (or max_tokens, max_steps)
+trains it for the FLOPs (tokens, steps) the fast run spent, with no time budget: equal compute, not equal time."""
 
 from __future__ import annotations
 
@@ -27,12 +28,27 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
     return name, items
 
 
+# a budget key a variant may set to `fast`: the fast run's final figure of that metrics field
+FAST_BUDGETS = {"train.max_flops": "flops", "train.max_tokens": "tokens", "train.max_steps": "steps"}
+
+
+def with_fast_budget(recipe: dict[str, Any], fast_run: dict[str, Any]) -> dict[str, Any]:
+    """`recipe` with each budget key set to `fast` replaced by the fast run's figure, and then no time budget (the
+    compute budget alone ends the run); a recipe without one is returned as it is."""
+    budgets = {key: fast_run[field] for key, field in FAST_BUDGETS.items() if recipe.get(key) == "fast"}
+    return recipe | budgets | {"train.max_time": None} if budgets else recipe
+
+
 def section_variants(setup: Setup) -> dict[str, Any]:
-    """The fast recipe (FAST_RECIPE + --fast-set) and each --variant on top of it, for --quality-budget seconds."""
+    """The fast recipe (FAST_RECIPE + --fast-set) and each --variant on top of it, for --quality-budget seconds (or
+    for the fast run's compute: `train.max_flops=fast`)."""
     a = setup.args
     fast = with_changes(FAST_RECIPE, a.fast_set)
     recipes = {"fast": fast} | {name: with_changes(fast, items) for name, items in map(parse_variant, a.variant)}
-    runs = {name: _ours_for_time(setup, f"variant-{name}", recipe) for name, recipe in recipes.items()}
+    runs = {"fast": _ours_for_time(setup, "variant-fast", fast)}
+    for name, recipe in list(recipes.items())[1:]:  # after the fast run: a variant may take its compute
+        recipes[name] = with_fast_budget(recipe, runs["fast"])
+        runs[name] = _ours_for_time(setup, f"variant-{name}", recipes[name])
     rows: dict[str, dict[str, Any]] = {}
     for name, run in runs.items():
         if not run["evals"]:
@@ -41,6 +57,8 @@ def section_variants(setup: Setup) -> dict[str, Any]:
         rows[name] = {
             "changes": {key: value for key, value in recipes[name].items() if fast.get(key) != value},
             "steps": run["steps"],
+            "tokens": run["tokens"],
+            "flops": run["flops"],
             "train_seconds": last["train_seconds"],
             "eval_ppl": last["eval_ppl"],
             "command": run.get("command"),

@@ -244,6 +244,7 @@ def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
     task = ["--task", bench_task()] if task_here else []
     sections = ["--sections", "tuned,precision,recipes,variants", "--quality-budget", "4"]
     sections += ["--variant", "mb:model.architecture=modernbert,model.intermediate_size=96"]
+    sections += ["--variant", "flops:model.num_layers=1,train.max_flops=fast"]  # fewer layers, the fast run's FLOPs
     _run([sys.executable, str(SCRIPT), *common, *task, *sections])
     report = _report(out)
     tuned = report["tuned"]
@@ -269,6 +270,9 @@ def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
     assert variants["rows"]["mb"]["changes"] == {"model.architecture": "modernbert", "model.intermediate_size": "96"}
     assert "model.architecture=modernbert" in variants["rows"]["mb"]["command"]
     assert variants["rows"]["fast"]["eval_ppl"] != variants["rows"]["mb"]["eval_ppl"]
+    fast_run, same_flops = variants["rows"]["fast"], variants["rows"]["flops"]  # ends at the fast run's FLOPs
+    assert same_flops["changes"]["train.max_flops"] == fast_run["flops"] and same_flops["steps"] > fast_run["steps"]
+    assert fast_run["flops"] <= same_flops["flops"] < fast_run["flops"] + same_flops["flops"] / same_flops["steps"]
     if task_here:
         mb, fast = variants["rows"]["mb"]["probe"], variants["rows"]["fast"]["probe"]
         paired = [x - y for x, y in zip(mb["values"], fast["values"], strict=True)]
@@ -289,6 +293,16 @@ def test_quick_tuned_precision_and_recipes(tmp_path: Path) -> None:
     )
     assert "rounds" not in markdown.split("- settings:")[1].splitlines()[0]  # no timed rounds ran
     assert markdown.count("## Targets") == 1
+
+
+def test_a_variant_given_the_fast_runs_compute_trains_for_it_with_no_time_budget() -> None:
+    from bench.variants import with_fast_budget
+
+    fast_run = {"flops": 4.5e12, "tokens": 81920, "steps": 20}
+    recipe = {"model.dropout": 0.0, "train.objective": "distill", "train.max_flops": "fast"}
+    assert with_fast_budget(recipe, fast_run) == recipe | {"train.max_flops": 4.5e12, "train.max_time": None}
+    assert with_fast_budget({"train.max_steps": "fast"}, fast_run) == {"train.max_steps": 20, "train.max_time": None}
+    assert with_fast_budget({"masking.schedule": "linear"}, fast_run) == {"masking.schedule": "linear"}  # timed
 
 
 def test_mean_interval_over_seeds_uses_students_t() -> None:

@@ -14,7 +14,16 @@ from mlmtrain.config import load_config
 from mlmtrain.train.init_from import resolve_init_from
 from mlmtrain.train.loop import pretrain
 
-from ..helpers import assert_one_error_line, metrics, run_cli, step_losses, weights
+from ..helpers import (
+    assert_one_error_line,
+    by_step,
+    finish_torchrun,
+    metrics,
+    run_cli,
+    step_losses,
+    torchrun,
+    weights,
+)
 from .test_init_from import POSITIONS, base_tokenizer, continue_options, write_base
 
 TEACHER = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
@@ -210,3 +219,22 @@ def test_config_fields_shows_the_distill_section(capsys: pytest.CaptureFixture) 
     shown = capsys.readouterr().out
     for key in ("distill.teacher", "distill.temperature", "distill.alpha", "distill.hidden_weight", "distill.init"):
         assert key in shown, key
+
+
+@pytest.mark.slow
+def test_two_processes_distil_as_one_process_with_the_whole_batch(
+    teacher: Path, tiny_data: Path, tmp_path: Path
+) -> None:
+    """Under torchrun (2 CPU ranks, micro-batch 2, accumulation 2) each rank runs its own teacher and the student's
+    gradients, the hidden-state projection's among them, are averaged: the same losses as one process."""
+    exact = {"model.dropout": 0.0, "train.max_steps": 6, "checkpoint.save_every": 6, "distill.hidden_weight": 1.0}
+    two = distill_options(tiny_data, teacher, tmp_path / "two", **exact, **{"train.micro_batch_size": 2})
+    output = finish_torchrun(torchrun(tiny_data, tmp_path / "two" / "run", options=two))
+    assert "2 process(es), global batch 8 x 32 tokens (micro-batch 2, accumulation 2)" in output
+    pretrain(load_config(None, distill_options(tiny_data, teacher, tmp_path / "one", **exact)))
+    for term in ("loss", "distill_loss", "hidden_loss"):
+        one_run, two_runs = (by_step(tmp_path / name / "run", term) for name in ("one", "two"))
+        assert sorted(two_runs) == list(range(1, 7)), term
+        assert [two_runs[s] for s in sorted(two_runs)] == pytest.approx([one_run[s] for s in sorted(one_run)], rel=1e-5)
+    # the checkpoint is the student alone, whichever number of processes wrote it
+    assert not [name for name in weights(tmp_path / "two" / "run" / "checkpoints" / "latest") if "projection" in name]
