@@ -131,8 +131,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     defaulted("--vocab-size", int, "WordPiece vocabulary")
     sections = f"comma-separated subset of {','.join(SECTIONS)} (default: all but {', '.join(FINETUNED)})"
     add("--sections", default=",".join(DEFAULT_SECTIONS), help=sections)
-    defaulted("--quality-budget", float, "training seconds a side: quality, tuned, recipes")
-    defaulted("--eval-every", int, "steps between evaluations in the quality section")
+    defaulted("--quality-budget", float, "training seconds a side: quality, tuned, recipes, variants")
+    defaulted("--eval-every", int, "steps between evaluations: quality, tuned, recipes, variants")
     defaulted("--eval-blocks", int, "validation blocks per evaluation")
     defaulted("--recipe-steps", int, "steps per side in the recipe and precision sections")
     add(
@@ -143,7 +143,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         help="change the fast recipe (recipes, variants)",
     )
     add("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
-        help="variants: the fast recipe changed, e.g. mb:model.architecture=modernbert (repeatable)")  # fmt: skip
+        help="variants: the fast recipe changed, e.g. mb:model.architecture=modernbert (repeatable); "
+             "train.max_flops=fast (or max_tokens, max_steps) trains it for the fast run's compute, not its time")  # fmt: skip
     add("--electra-set", action="append", default=[], metavar="KEY=VALUE", help="change ELECTRA's recipe (electra)")
     add("--target-ppl", type=float, help="default: the lowest perplexity the HF recipe reached in its budget")
     add(
@@ -152,8 +153,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         default=H200_DENSE_BF16_TFLOPS,
         help="a GPU's peak for MFU (default H200 dense bf16); on a CPU the benchmark measures its limit",
     )
-    defaulted("--probe-epochs", int, "downstream, electra, objectives, recipes: fine-tuning epochs")
-    add("--task", help="downstream, electra, objectives, recipes: a labeled task folder (train/valid/test)")
+    defaulted("--probe-epochs", int, "downstream, electra, objectives, recipes, variants: fine-tuning epochs")
+    add("--task", help="downstream, electra, objectives, recipes, variants: a labeled task folder (train/valid/test)")
     add("--pair-task", help="objectives: a sentence-pair task folder (text, pair, label; scripts/make_pair_task.py)")
     defaulted("--flops-budget", float, "objectives: pretraining FLOPs a side (train.max_flops)")
     add("--adapt-base", help="adapt: the encoder to continue, a masked-LM folder or hub name (model.init_from)")
@@ -168,12 +169,16 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     defaulted("--adapt-extend", int, "adapt: also run tokenizer.extend_vocab N at the same budget; 0: not")
     defaulted("--adapt-warm", float, "adapt: seconds of MLM on --train first, for a base whose head is no LM's")
     defaulted("--downstream-budget", float, "downstream, electra: pretraining seconds a side")
-    defaulted("--seeds", int, "downstream, electra, objectives, recipes: fine-tuning seeds per model")
-    defaulted("--probe-lr", float, "downstream: fine-tuning learning rate")
-    defaulted("--probe-batch", int, "downstream: fine-tuning batch")
-    defaulted("--probe-max-length", int, "downstream: tokens per example")
-    defaulted("--probe-train-examples", int, "downstream: train examples, a fixed sample; 0: all")
-    add("--probe-eval-examples", type=int, help="downstream: valid/test examples; 0: all (default all)")
+    defaulted("--seeds", int, "downstream, electra, objectives, recipes, variants: fine-tuning seeds per model")
+    defaulted("--probe-lr", float, "every section that fine-tunes: fine-tuning learning rate")
+    defaulted("--probe-batch", int, "every section that fine-tunes: fine-tuning batch")
+    defaulted("--probe-max-length", int, "every section that fine-tunes: tokens per example")
+    defaulted("--probe-train-examples", int, "every section that fine-tunes: train examples, a fixed sample; 0: all")
+    add(
+        "--probe-eval-examples",
+        type=int,
+        help="every section that fine-tunes: valid/test examples; 0: all (default all)",
+    )
     add("--set", action="append", default=[], metavar="KEY=VALUE", help="our side only, e.g. train.compile=true")
     add("--quick", action="store_true", help="tiny everything, for a smoke test")
     add("--out", default=str(REPO / "results"), help="folder for benchmark-<time>.json and .md")
