@@ -20,7 +20,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.runtime.distributed import DistContext, init_distributed, on_main
 from mlmtrain.train.loop import pretrain
 
-from ..helpers import finish_torchrun, free_port, metrics, step_losses, tiny_overrides, torchrun, weights
+from ..helpers import by_step, finish_torchrun, free_port, metrics, step_losses, tiny_overrides, torchrun, weights
 
 # Dropout draws differ per rank, so only a dropout-free model can match a single process step for step.
 # runs compared across process counts and micro-batch splits: no dropout (its masks follow the tensor shapes) and
@@ -91,6 +91,26 @@ def test_paused_and_resumed_two_process_run_equals_an_uninterrupted_one(tiny_dat
     assert losses(paused) == pytest.approx(losses(whole), rel=1e-6)
     a, b = weights(whole / "checkpoints" / "step-10"), weights(paused / "checkpoints" / "step-10")
     assert all(torch.allclose(a[name], b[name], atol=1e-6) for name in a)
+
+
+@pytest.mark.slow
+def test_a_two_process_weight_average_equals_one_process_and_resumes_exactly(tiny_data: Path, tmp_path) -> None:
+    """train.ema under torchrun: rank 0 saves the average of the weights every rank shares, as one process with the
+    whole batch does, and a paused two-process run picks the average up where it stopped."""
+    ema = {**EXACT, "train.micro_batch_size": 2, "train.ema": 0.8, "checkpoint.save_ema": True}
+    finish_torchrun(torchrun(tiny_data, tmp_path / "two", **ema))
+    pretrain(config(tiny_data, tmp_path / "one", **EXACT, **{"train.ema": 0.8, "checkpoint.save_ema": True}))
+    one, two = (weights(tmp_path / name / "checkpoints" / "step-10") for name in ("one", "two"))
+    assert set(one) == set(two)
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], rtol=1e-5, atol=1e-6)
+    evaluated = {name: by_step(tmp_path / name, "ema_eval_loss") for name in ("one", "two")}
+    assert sorted(evaluated["two"]) == [5, 10] and evaluated["two"] == pytest.approx(evaluated["one"], rel=1e-5)
+    paused = tmp_path / "paused"
+    assert "stopped at step 5" in finish_torchrun(torchrun(tiny_data, paused, **ema, **{"train.pause_after": 5}))
+    finish_torchrun(torchrun(tiny_data, paused, "--resume", **ema))
+    resumed = weights(paused / "checkpoints" / "step-10")
+    assert all(torch.equal(resumed[name], two[name]) for name in two)
 
 
 LATE_RANK_SCRIPT = """
