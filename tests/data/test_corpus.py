@@ -134,6 +134,7 @@ def test_builtin_python_docs_yields_many_clean_paragraphs():
     assert all(len(d) >= 15 and "\n" not in d and "  " not in d for d in docs)
     assert any("assert" in d for d in docs)
     assert list(corpus) == docs  # re-iterable, same order
+    assert len(set(docs)) == len(docs)  # pydoc's topics share sections: each paragraph comes once
     # prose, not markup: keywords without their quotes, headings without underlines, no examples or grammar
     assert "The break statement" in docs and not any('"break"' in d for d in docs)
     assert any("defined in a def statement" in d for d in docs)  # was 'a “"def"” statement'

@@ -27,7 +27,7 @@ _KINDS = {".txt": "txt", ".jsonl": "jsonl", ".json": "json", ".parquet": "parque
 _GZIP_KINDS = ("txt", "jsonl", "json", "csv")
 SUPPORTED_SUFFIXES = ", ".join([*_KINDS, *(s + ".gz" for s, k in _KINDS.items() if k in _GZIP_KINDS)])
 _MIN_PYTHON_DOCS_CHARS = 15  # shorter paragraphs of the Python docs are markup debris ("The break statement" is not)
-_BUILTIN_FORMAT = 3  # bump when the builtin corpora's cleaning changes, so their token stores are rebuilt
+_BUILTIN_FORMAT = 4  # bump when the builtin corpora's cleaning changes, so their token stores are rebuilt
 # The docs mark keywords and names up in quotes ('the "break" statement'), some also in curly quotes around those
 # ('a “"def"” statement', 'the “with” statement'): prose keeps the bare word.
 _QUOTED_NAME = re.compile(r'“?"([A-Za-z_][A-Za-z0-9_]*)"”?|“([A-Za-z_][A-Za-z0-9_]*)”')
@@ -179,6 +179,16 @@ def _python_docstrings() -> Iterator[str]:
                         yield text
 
 
+def _first_occurrences(texts: Iterator[str]) -> Iterator[str]:
+    """Each paragraph once: pydoc's topics share whole sections and many docstrings say the same words ("Return
+    self==value."), and a corpus we ship should not teach its models to memorise repeats."""
+    seen: set[str] = set()
+    for text in texts:
+        if text not in seen:
+            seen.add(text)
+            yield text
+
+
 # builtin:NAME -> (its texts, what they are); the names `_resolve` accepts
 _BUILTIN_SOURCES = {
     "python-docs": (_python_docs, "documentation topics"),
@@ -191,7 +201,7 @@ class _Builtin:
     name: str
 
     def texts(self, stats: CorpusStats) -> Iterator[str]:
-        return _BUILTIN_SOURCES[self.name][0]()
+        return _first_occurrences(_BUILTIN_SOURCES[self.name][0]())
 
     def identity(self) -> dict[str, Any]:
         # The text changes with the Python release.
