@@ -144,7 +144,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     )
     add("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
         help="variants: the fast recipe changed, e.g. mb:model.architecture=modernbert (repeatable); "
-             "train.max_flops=fast (or max_tokens, max_steps) trains it for the fast run's compute, not its time")  # fmt: skip
+             "train.max_flops=fast (or max_tokens, max_steps): for the fast run's compute, not its time")  # fmt: skip
     add("--electra-set", action="append", default=[], metavar="KEY=VALUE", help="change ELECTRA's recipe (electra)")
     add("--target-ppl", type=float, help="default: the lowest perplexity the HF recipe reached in its budget")
     add(

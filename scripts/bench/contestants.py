@@ -96,6 +96,7 @@ def training_clock(train: list[dict], evals: list[dict]) -> list[dict[str, float
                 "eval_loss": m["eval_loss"],
                 "eval_ppl": m["eval_ppl"],
                 "eval_seconds": m.get("eval_seconds", 0.0),
+                **{key: m[key] for key in ("ema_eval_loss", "ema_eval_ppl") if key in m},  # with train.ema
             }
         )
         paused += m.get("eval_seconds", 0.0)

@@ -381,7 +381,8 @@ def _variants_lines(variants: dict[str, Any]) -> list[str]:
         changes = ", ".join(f"{key}={value}" for key, value in row["changes"].items()) or "–"
         probe = row.get("probe")
         flops = f"{row['flops']:.3g}" if row.get("flops") else "–"  # reports written before FLOPs were kept
-        cells = [name, changes, _number(row["steps"]), f"{row['train_seconds']:.0f}", flops, f"{row['eval_ppl']:.2f}"]
+        ppl = f"{row['eval_ppl']:.2f}" + (f" (average {row['ema_eval_ppl']:.2f})" if "ema_eval_ppl" in row else "")
+        cells = [name, changes, _number(row["steps"]), f"{row['train_seconds']:.0f}", flops, ppl]
         if variants["task"]:
             cells += [_interval(probe), _interval(probe["minus_fast"], sign=True) if "minus_fast" in probe else "–"]
         rows.append(cells)
@@ -394,6 +395,9 @@ def _variants_lines(variants: dict[str, Any]) -> list[str]:
         lines += ["A variant with `train.max_time=None` trained for the fast run's compute (its FLOPs, tokens or "
                   "steps, as its changes say) with no time budget: equal compute, not equal time.", ""]  # fmt: skip
     lines += _table(header, rows)
+    if any("ema_eval_ppl" in row for row in variants["rows"].values()):
+        lines += ["", "With `train.ema`, the moving average's perplexity follows the live weights'; the model "
+                  "fine-tuned is the one the checkpoint saved (the average with `checkpoint.save_ema`)."]  # fmt: skip
     if variants["task"]:
         lines += ["", f"Fine-tuned as `mlmtrain probe` does, {variants['seeds']} seeds: test accuracy, mean ± 95 % "
                   "interval; the difference is paired seed by seed."]  # fmt: skip

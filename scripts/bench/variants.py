@@ -61,6 +61,7 @@ def section_variants(setup: Setup) -> dict[str, Any]:
             "flops": run["flops"],
             "train_seconds": last["train_seconds"],
             "eval_ppl": last["eval_ppl"],
+            **({"ema_eval_ppl": last["ema_eval_ppl"]} if "ema_eval_ppl" in last else {}),  # the average's, too
             "command": run.get("command"),
         }
     if a.task:  # every model fine-tuned alike, seed by seed: each variant's difference is paired with the fast one's

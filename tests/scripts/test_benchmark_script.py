@@ -55,6 +55,19 @@ def test_our_evaluations_leave_evaluation_time_out_of_the_clock() -> None:
     assert [point["train_seconds"] for point in clock] == [2.0, 3.5]
 
 
+def test_a_variant_with_a_weight_average_reports_the_averages_perplexity_too() -> None:
+    from bench.report import _variants_lines
+
+    train = [{"step": s, "elapsed_s": float(s)} for s in (1, 2)]
+    evals = [{"step": 2, "eval_loss": 4.0, "eval_ppl": 54.6, "ema_eval_loss": 3.9, "ema_eval_ppl": 49.4}]
+    assert training_clock(train, evals)[0]["ema_eval_ppl"] == 49.4  # kept beside the live weights' figures
+    row = {"changes": {}, "steps": 2, "train_seconds": 2.0, "flops": 1e12, "eval_ppl": 54.6}
+    rows = {"fast": row, "ema": {**row, "changes": {"train.ema": "0.9"}, "ema_eval_ppl": 49.4}}
+    lines = _variants_lines({"rows": rows, "fast_recipe": {}, "budget_s": 2, "task": None, "seeds": 3})
+    assert "| ema | train.ema=0.9 | 2 | 2 | 1e+12 | 54.60 (average 49.40) |" in lines
+    assert "| fast | – | 2 | 2 | 1e+12 | 54.60 |" in lines
+
+
 def test_the_report_states_when_what_and_where_it_measured() -> None:
     """The Markdown stands alone as a measurement file: date, commit, exact command, machine and software."""
     versions = {"torch": "2.13.0", "transformers": "5.24.0", "tokenizers": "0.23.3", "datasets": None}
