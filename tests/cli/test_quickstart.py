@@ -94,20 +94,25 @@ PLAN_CHECKS = ("duplicate documents", "tokens per parameter", "unknown tokens", 
 def test_a_shipped_config_passes_its_data_and_plan_health_checks(name: str, tmp_path: Path) -> None:
     """The real config as shipped, on its built-in corpus, paused after 2 steps: its token store (the corpus's
     duplicates, unknown tokens, tokens per word) and its plan (tokens per parameter, warm-up) pass the checks under
-    the thresholds the config gives them. continue.yaml's Hub base is replaced by a local BERT-Tiny; the others'
-    evaluation is cut to 4 blocks (the checks read the store and the plan, not the figures)."""
+    the thresholds the config gives them. continue.yaml's Hub base is replaced by a local BERT-Tiny; evaluation is
+    cut to 4 blocks (the checks read the store and the plan, not the figures)."""
     from mlmtrain.config import load_config
     from mlmtrain.report.health import FAIL, OK, run_checks
     from mlmtrain.report.rundata import load_run
     from mlmtrain.train.loop import pretrain
 
     run_dir = tmp_path / name
-    overrides = [f"train.run_dir={run_dir}", "train.pause_after=2", "train.progress=false", "report.html=false"]
+    overrides = [
+        f"train.run_dir={run_dir}",
+        "train.pause_after=2",
+        "train.progress=false",
+        "report.html=false",
+        "train.eval_max_blocks=4",
+    ]
     if name == "continue":
         if not SPLADE.is_dir():
             pytest.skip(f"{SPLADE} is not here")
         overrides.append(f"model.init_from={SPLADE}")
-    overrides.append("train.eval_max_blocks=4")
     pretrain(load_config(REPO / "configs" / f"{name}.yaml", overrides))
     verdicts = {v.check: v for v in run_checks(load_run(run_dir))}
     assert not [v for v in verdicts.values() if v.check in PLAN_CHECKS and v.status == FAIL], verdicts
