@@ -85,9 +85,8 @@ def shown(value: Any, limit: int = 40) -> str:
 
 
 def loader_worker_died(error: BaseException) -> bool:
-    """Whether `error` is torch's report of a DataLoader worker that died: torch raises it in the main process
-    wherever that process happens to be (a step, an evaluation, a checkpoint's write), from its SIGCHLD handler or
-    when the next batch never comes."""
+    """Whether `error` is torch's report of a DataLoader worker that died (from its SIGCHLD handler, or when the
+    next batch never comes); `data.blocks.raise_worker_errors` makes it surface at the next batch only."""
     return isinstance(error, RuntimeError) and str(error).startswith("DataLoader worker")
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from mlmtrain.data.masking import MaskingCollator, mix_seed
 from mlmtrain.data.store import TokenStore
-from mlmtrain.errors import UserError
+from mlmtrain.errors import UserError, loader_worker_died
 
 
 def pack_blocks(
@@ -254,11 +256,51 @@ def _carrying_user_errors(batches: Iterator[dict[str, Any]]) -> Iterator[dict[st
 
 
 def raise_worker_errors(batches: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """The loader's micro-batches; a UserError carried from a worker is raised again here, as itself."""
-    for batch in batches:
+    """The loader's micro-batches; a UserError carried from a worker is raised again here, as itself, and a worker
+    that died is reported here, at the next batch, never in the middle of whatever the run was doing.
+    Call it right after `iter(loader)`: that is where torch installs the signal handler it wraps."""
+    _defer_worker_deaths()
+    return _checked(batches)
+
+
+def _checked(batches: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    while True:
+        if _worker_deaths:  # a worker died since the last batch: its report, where the run expects data errors
+            raise _worker_deaths.pop()
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
         if _WORKER_ERROR in batch:
             raise UserError(*batch[_WORKER_ERROR])
         yield batch
+
+
+_worker_deaths: list[RuntimeError] = []  # torch's reports of dead workers, waiting for the next batch
+
+
+def _defer_worker_deaths() -> None:
+    """torch's SIGCHLD handler raises a dead worker's report wherever the main process is: inside a checkpoint's
+    write it read as a full disk, inside C code (safetensors) it came out as an unrelated ValueError. Wrap that
+    handler so the report is kept for `raise_worker_errors`; a worker that never sends its batch is still caught
+    there, by torch's own check of its workers while it waits."""
+    _worker_deaths.clear()
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGCHLD"):
+        return
+    current = signal.getsignal(signal.SIGCHLD)
+    if not callable(current) or getattr(current, "defers_worker_deaths", False):
+        return  # no worker loader (torch set no handler), or already wrapped
+
+    def deferring(signum: int, frame: Any) -> None:
+        try:
+            current(signum, frame)
+        except RuntimeError as error:
+            if not loader_worker_died(error):
+                raise
+            _worker_deaths.append(error)
+
+    deferring.defers_worker_deaths = True  # type: ignore[attr-defined]
+    signal.signal(signal.SIGCHLD, deferring)
 
 
 def make_loader(dataset: IterableDataset, num_workers: int, pin_memory: bool) -> DataLoader:

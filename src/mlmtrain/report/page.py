@@ -20,7 +20,7 @@ from typing import Any, Optional
 import numpy as np
 
 from mlmtrain.config import flatten, local_name
-from mlmtrain.errors import UserError, first_line, loader_worker_died
+from mlmtrain.errors import UserError, first_line
 from mlmtrain.report.health import FAIL, OK, Verdict, parse_overrides, run_checks, smooth
 from mlmtrain.report.rundata import Run, Series, load_runs, scorecard_table
 from mlmtrain.runtime.files import check_writable_folder, write_failure
@@ -496,6 +496,4 @@ class LiveReport:
             self.enabled = False
             say(f"report.html not written: {error.message} (set report.html: false to silence this)")
         except Exception as error:  # noqa: BLE001 — a plotting bug must not end a long run
-            if loader_worker_died(error):  # torch raises a dead loader worker wherever the run is: not the page's
-                raise
             say(f"report.html not written ({type(error).__name__}: {first_line(error)[:200]}); training goes on")

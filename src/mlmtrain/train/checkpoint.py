@@ -26,7 +26,7 @@ from safetensors import SafetensorError
 
 from mlmtrain.config import Config, save_config
 from mlmtrain.data.tokenizer import save_tokenizer_files
-from mlmtrain.errors import UserError, first_line, loader_worker_died
+from mlmtrain.errors import UserError, first_line
 from mlmtrain.model.pooler import add_pooler
 from mlmtrain.runtime.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.runtime.files import write_failure
@@ -102,8 +102,6 @@ def save_checkpoint(
         fsync_dir(root)  # the rename itself must reach the disk, or a power loss could forget the checkpoint
     except (OSError, RuntimeError, SafetensorError) as error:  # torch.save and safetensors wrap I/O errors
         shutil.rmtree(staging, ignore_errors=True)
-        if loader_worker_died(error):  # torch's report of a dead DataLoader worker, raised during the write
-            raise
         previous = latest_checkpoint(run_dir)
         kept = f"; the last complete checkpoint {previous} is intact" if previous else ""
         raise UserError(
