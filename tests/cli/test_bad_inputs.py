@@ -317,6 +317,7 @@ BAD_ARGUMENTS = [
     ),
     (["tokenize", "--lr", "1"], "No such option: --lr"),
     (["pretrain", "--bogus"], "No such option: --bogus"),
+    (["pretrain", "--set", "train.seed=1", "train.batch_size=8"], "give --set before each KEY=VALUE"),
     (["pretrain", "--config"], "'--config' requires an argument"),
     (["pretrain", "--set", "data.seq_len=128", "--set", "model.max_position_embeddings=64"], "data.seq_len"),
     (["pretrain", "--set", "train.run_dir={tmp}/run", "--set", "train.device=cuda:99"], "train.device"),

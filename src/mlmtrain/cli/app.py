@@ -453,6 +453,13 @@ _ABORT = (typer.Abort, click.exceptions.Abort, KeyboardInterrupt)
 _USAGE = (click.ClickException,) + ((typer.TyperException,) if hasattr(typer, "TyperException") else ())
 
 
+def _usage_hint(error: Exception, args: list[str]) -> str:
+    """The fix for a usage error: `--set a=1 b=2` leaves b=2 as an extra argument (one --set per KEY=VALUE)."""
+    if "unexpected extra argument" in error.format_message() and "--set" in args:  # type: ignore[attr-defined]
+        return "; give --set before each KEY=VALUE: --set a.b=1 --set c.d=2"
+    return " (see --help)"
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Entry point: run the app, turning user mistakes into one line and exit code 2."""
     args = _normalise_argv(sys.argv[1:] if argv is None else argv)
@@ -480,5 +487,5 @@ def main(argv: Optional[list[str]] = None) -> None:
             sys.exit(0)
         if debug:
             raise
-        print(f"mlmtrain: argument: {redact(error.format_message())} (see --help)", file=sys.stderr)
+        print(f"mlmtrain: argument: {redact(error.format_message())}{_usage_hint(error, args)}", file=sys.stderr)
         sys.exit(getattr(error, "exit_code", 2))
