@@ -145,6 +145,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     add("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
         help="variants: the fast recipe changed, e.g. mb:model.architecture=modernbert (repeatable); "
              "train.max_flops=fast (or max_tokens, max_steps): for the fast run's compute, not its time")  # fmt: skip
+    add("--reference", action="append", default=[], metavar="NAME:FOLDER",
+        help="variants: a masked LM trained elsewhere on this run's tokenizer (a distillation teacher, say), not "
+             "trained here: evaluated and fine-tuned alike, as a row of its own (repeatable)")  # fmt: skip
     add("--electra-set", action="append", default=[], metavar="KEY=VALUE", help="change ELECTRA's recipe (electra)")
     add("--target-ppl", type=float, help="default: the lowest perplexity the HF recipe reached in its budget")
     add(
@@ -237,13 +240,16 @@ def check_args(args: argparse.Namespace) -> set[str]:
     if "adapt" in sections:
         _check_adapt(args)
     if "variants" in sections:
-        from bench.variants import parse_variant
+        from bench.variants import parse_reference, parse_variant
 
         if not args.variant:
             raise BenchmarkError("variants needs at least one --variant NAME:KEY=VALUE[,KEY=VALUE...]")
         names = [parse_variant(text)[0] for text in args.variant]
+        names += [parse_reference(text)[0] for text in args.reference]
         if len(set(names)) < len(names):
-            raise BenchmarkError(f"--variant names must differ (got {', '.join(names)})")
+            raise BenchmarkError(f"--variant and --reference names must differ (got {', '.join(names)})")
+    elif args.reference:
+        raise BenchmarkError("--reference is for the variants section: add variants to --sections")
     if "objectives" in sections and not args.flops_budget > 0:
         raise BenchmarkError(f"--flops-budget must be > 0 (got {args.flops_budget:g})")
     if {"throughput", "quality", "tuned", "recipe", "recipes", "downstream", "adapt"} & sections:

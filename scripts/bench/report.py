@@ -378,11 +378,14 @@ def _variants_lines(variants: dict[str, Any]) -> list[str]:
     its paired difference from the fast recipe's, each a mean ± 95 % interval over seeds."""
     rows = []
     for name, row in variants["rows"].items():
-        changes = ", ".join(f"{key}={value}" for key, value in row["changes"].items()) or "–"
         probe = row.get("probe")
-        flops = f"{row['flops']:.3g}" if row.get("flops") else "–"  # reports written before FLOPs were kept
         ppl = f"{row['eval_ppl']:.2f}" + (f" (average {row['ema_eval_ppl']:.2f})" if "ema_eval_ppl" in row else "")
-        cells = [name, changes, _number(row["steps"]), f"{row['train_seconds']:.0f}", flops, ppl]
+        if "reference" in row:  # trained elsewhere: no steps, seconds or FLOPs of this run
+            cells = [name, f"reference: {row['reference']} (not trained here)", "–", "–", "–", ppl]
+        else:
+            changes = ", ".join(f"{key}={value}" for key, value in row["changes"].items()) or "–"
+            flops = f"{row['flops']:.3g}" if row.get("flops") else "–"  # reports written before FLOPs were kept
+            cells = [name, changes, _number(row["steps"]), f"{row['train_seconds']:.0f}", flops, ppl]
         if variants["task"]:
             cells += [_interval(probe), _interval(probe["minus_fast"], sign=True) if "minus_fast" in probe else "–"]
         rows.append(cells)
@@ -391,7 +394,7 @@ def _variants_lines(variants: dict[str, Any]) -> list[str]:
     if variants["task"]:
         header += [f"{Path(variants['task']).name} accuracy", "minus fast (paired)"]
     lines = [f"## Variants of the fast recipe at equal wall time ({variants['budget_s']:g} s each; fast: {fast})", ""]
-    if any("train.max_time" in row["changes"] for row in variants["rows"].values()):
+    if any("train.max_time" in row.get("changes", {}) for row in variants["rows"].values()):
         lines += ["A variant with `train.max_time=None` trained for the fast run's compute (its FLOPs, tokens or "
                   "steps, as its changes say) with no time budget: equal compute, not equal time.", ""]  # fmt: skip
     lines += _table(header, rows)

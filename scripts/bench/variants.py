@@ -2,8 +2,10 @@
 architecture, a weight average, attention within documents, a masking-rate schedule, ...), each trained for
 --quality-budget seconds on the same tokenizer and data; judged by the final validation perplexity on the classic
 15 % evaluation masks and, with --task, by fine-tuning over --seeds seeds, each variant paired seed by seed with the
-fast recipe. A variant may instead take the fast recipe's compute: `train.max_flops=fast` (or max_tokens, max_steps)
-trains it for the FLOPs (tokens, steps) the fast run spent, with no time budget: equal compute, not equal time."""
+fast recipe. `--reference NAME:FOLDER` adds a model trained elsewhere on the same tokenizer (a distillation teacher:
+the ceiling its students are measured against), scored by the same evaluator and fine-tuned alike.
+A variant may instead take the fast recipe's compute: `train.max_flops=fast` (or max_tokens, max_steps) trains it
+for the FLOPs (tokens, steps) the fast run spent, with no time budget: equal compute, not equal time."""
 
 from __future__ import annotations
 
@@ -28,6 +30,37 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
     return name, items
 
 
+def parse_reference(text: str) -> tuple[str, Path]:
+    """'NAME:FOLDER' -> (NAME, FOLDER) for a folder that holds a model; a BenchmarkError for anything else."""
+    name, _, folder = text.partition(":")
+    if not name or name == "fast" or not folder:
+        raise BenchmarkError(f"--reference {text!r}: give NAME:FOLDER with a name other than 'fast', e.g. teacher:t/")
+    if not (Path(folder) / "config.json").is_file():
+        raise BenchmarkError(f"--reference {text!r}: {folder} holds no model (no config.json); give a model folder")
+    return name, Path(folder)
+
+
+def score_reference(setup: Setup, name: str, folder: Path, recipe: dict[str, Any]) -> dict[str, Any]:
+    """A reference's row: its perplexity by the evaluator, blocks, masks and batch every run of the section uses
+    (`recipe`'s config: the fast one); refused when its tokenizer is not the section's, which every model shares."""
+    from transformers import AutoModelForMaskedLM
+
+    from bench.workers import _evaluator
+    from mlmtrain.config import load_config
+    from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
+
+    cfg = load_config(setup.config_path(), setup.ours(setup.run_dir(f"reference-{name}"), extra=recipe))
+    ours = load_tokenizer(setup.data_dir / "tokenizer")
+    if tokenizer_fingerprint(load_tokenizer(folder)) != tokenizer_fingerprint(ours):
+        raise BenchmarkError(
+            f"--reference {name}:{folder} was trained with another tokenizer than {setup.data_dir / 'tokenizer'}; "
+            "train it on that one (tokenizer.path), so the fine-tuning and the evaluation read the same ids"
+        )
+    model = AutoModelForMaskedLM.from_pretrained(str(folder)).eval()
+    result = _evaluator(cfg, ours)(model)
+    return {"reference": str(folder), "eval_ppl": result.perplexity}
+
+
 # a budget key a variant may set to `fast`: the fast run's final figure of that metrics field
 FAST_BUDGETS = {"train.max_flops": "flops", "train.max_tokens": "tokens", "train.max_steps": "steps"}
 
@@ -45,6 +78,9 @@ def section_variants(setup: Setup) -> dict[str, Any]:
     a = setup.args
     fast = with_changes(FAST_RECIPE, a.fast_set)
     recipes = {"fast": fast} | {name: with_changes(fast, items) for name, items in map(parse_variant, a.variant)}
+    references = dict(map(parse_reference, a.reference))
+    # scored before any training: a wrong reference stops the section at once
+    scored = {name: score_reference(setup, name, folder, fast) for name, folder in references.items()}
     runs = {"fast": _ours_for_time(setup, "variant-fast", fast)}
     for name, recipe in list(recipes.items())[1:]:  # after the fast run: a variant may take its compute
         recipes[name] = with_fast_budget(recipe, runs["fast"])
@@ -64,8 +100,9 @@ def section_variants(setup: Setup) -> dict[str, Any]:
             **({"ema_eval_ppl": last["ema_eval_ppl"]} if "ema_eval_ppl" in last else {}),  # the average's, too
             "command": run.get("command"),
         }
+    rows |= scored
     if a.task:  # every model fine-tuned alike, seed by seed: each variant's difference is paired with the fast one's
-        reports = finetune_all(setup, {name: Path(run["checkpoint"]) for name, run in runs.items()})
+        reports = finetune_all(setup, {name: Path(run["checkpoint"]) for name, run in runs.items()} | references)
         base = [report["accuracy"] for report in reports["fast"]]
         for name, runs_of in reports.items():
             accuracy = [report["accuracy"] for report in runs_of]

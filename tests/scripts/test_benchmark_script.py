@@ -68,6 +68,69 @@ def test_a_variant_with_a_weight_average_reports_the_averages_perplexity_too() -
     assert "| fast | – | 2 | 2 | 1e+12 | 54.60 |" in lines
 
 
+def test_a_reference_is_scored_on_the_sections_tokenizer_and_refused_with_another(tmp_path: Path) -> None:
+    """A distillation teacher as the ceiling: a model trained elsewhere, evaluated as the runs are; one with another
+    tokenizer than the section's is refused before anything trains (the fine-tuning reads one tokenizer's ids)."""
+    from bench.setup import FAST_RECIPE, prepare
+    from bench.variants import parse_reference, score_reference
+    from transformers import BertConfig, BertForMaskedLM
+
+    from mlmtrain.config import TokenizerConfig
+    from mlmtrain.data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+
+    args = parse_args(["--quick", "--sections", "variants", "--variant", "a:optim.lr=1e-3", "--train",
+                       "builtin:python-docs", "--work-dir", str(tmp_path / "work")])  # fmt: skip
+    setup = prepare(args)
+    tokenizer = load_tokenizer(setup.data_dir / "tokenizer")
+    size = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    model = BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), **size))
+    model.save_pretrained(tmp_path / "teacher")
+    tokenizer.save_pretrained(tmp_path / "teacher")
+    name, folder = parse_reference(f"teacher:{tmp_path / 'teacher'}")
+    row = score_reference(setup, name, folder, FAST_RECIPE)
+    assert row["reference"] == str(tmp_path / "teacher")
+    assert len(tokenizer) / 4 < row["eval_ppl"] < 4 * len(tokenizer)  # an untrained model: about the vocabulary's size
+    lines = _variants_lines_for({"teacher": row})
+    assert (
+        f"| teacher | reference: {tmp_path / 'teacher'} (not trained here) | – | – | – | {row['eval_ppl']:.2f} |"
+        in lines
+    )
+
+    settings = TokenizerConfig(vocab_size=120)
+    save_tokenizer(
+        train_tokenizer(["some other text, with other words in it"] * 50, settings), tmp_path / "other", settings
+    )
+    model.save_pretrained(tmp_path / "other")
+    with pytest.raises(BenchmarkError, match="another tokenizer than .*tokenizer.path"):
+        score_reference(setup, "other", tmp_path / "other", FAST_RECIPE)
+
+
+def test_a_reference_needs_a_model_folder_a_name_of_its_own_and_the_variants_section(tmp_path: Path) -> None:
+    from bench.variants import parse_reference
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    assert parse_reference(f"teacher:{tmp_path / 'model'}") == ("teacher", tmp_path / "model")
+    given = ["--quick", "--sections", "variants", "--variant", "a:optim.lr=1e-3"]
+    for reference, words in (
+        (f"{tmp_path / 'model'}", "NAME:FOLDER"),
+        (f"fast:{tmp_path / 'model'}", "other than 'fast'"),
+        (f"teacher:{tmp_path}", "holds no model"),
+        (f"a:{tmp_path / 'model'}", "names must differ"),
+    ):
+        with pytest.raises(BenchmarkError, match=words):
+            check_args(parse_args([*given, "--reference", reference]))
+    with pytest.raises(BenchmarkError, match="add variants to --sections"):
+        check_args(parse_args(["--quick", "--sections", "recipes", "--reference", f"t:{tmp_path / 'model'}"]))
+
+
+def _variants_lines_for(rows: dict) -> list[str]:
+    from bench.report import _variants_lines
+
+    fast = {"changes": {}, "steps": 2, "train_seconds": 2.0, "flops": 1e12, "eval_ppl": 54.6}
+    return _variants_lines({"rows": {"fast": fast, **rows}, "fast_recipe": {}, "budget_s": 2, "task": None, "seeds": 3})
+
+
 def test_the_report_states_when_what_and_where_it_measured() -> None:
     """The Markdown stands alone as a measurement file: date, commit, exact command, machine and software."""
     versions = {"torch": "2.13.0", "transformers": "5.24.0", "tokenizers": "0.23.3", "datasets": None}
