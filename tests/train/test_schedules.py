@@ -147,6 +147,31 @@ def test_a_branch_continues_a_checkpoint_in_a_new_run_and_leaves_the_source_byte
     assert all(torch.equal(a[key], b[key]) for key in a)
 
 
+def test_a_decay_branched_from_the_stable_phase_is_the_run_planned_for_its_budget_to_the_bit(
+    source_run: Path, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # "Decay branched at 50 % vs a run planned for that budget": the source (10 steps, stable up to step 5) branched
+    # at step 5 with a budget of 8 steps decays over steps 5-8 as a run planned for 8 steps from the start does (its
+    # stable phase ends at step 4 of 8: the steps before it ran at the same peak in both). Under step budgets the two
+    # are one run: weights equal to the bit, so a stable run's checkpoints are as good as planned runs of any budget
+    # whose decay starts after them.
+    branch_dir = tmp_path / "branched"
+    options = set_options(
+        tiny_data, branch_dir, **{**WSD, "train.max_steps": 8, "tokenizer.path": None, "data.store": None}
+    )
+    code, lines = run_cli(capsys, "pretrain", *options, "--branch-from", str(source_run / "checkpoints" / "step-5"))
+    assert code == 0, lines
+    planned = tmp_path / "planned"
+    pretrain(
+        load_config(None, tiny_overrides(tiny_data, **{**WSD, "train.max_steps": 8, "train.run_dir": str(planned)}))
+    )
+    branched_losses = {line["step"]: line["loss"] for line in metrics(branch_dir) if "loss" in line}
+    planned_losses = {line["step"]: line["loss"] for line in metrics(planned) if "loss" in line}
+    assert branched_losses == {step: planned_losses[step] for step in (6, 7, 8)}
+    a, b = weights(branch_dir / "checkpoints" / "step-8"), weights(planned / "checkpoints" / "step-8")
+    assert all(torch.equal(a[key], b[key]) for key in a)
+
+
 @pytest.mark.parametrize(
     "key, value, needle",
     [
