@@ -56,7 +56,7 @@ def score_reference(setup: Setup, name: str, folder: Path, recipe: dict[str, Any
             f"--reference {name}:{folder} was trained with another tokenizer than {setup.data_dir / 'tokenizer'}; "
             "train it on that one (tokenizer.path), so the fine-tuning and the evaluation read the same ids"
         )
-    model = AutoModelForMaskedLM.from_pretrained(str(folder)).eval()
+    model = AutoModelForMaskedLM.from_pretrained(str(folder), trust_remote_code=False).eval()
     result = _evaluator(cfg, ours)(model)
     return {"reference": str(folder), "eval_ppl": result.perplexity}
 
