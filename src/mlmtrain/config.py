@@ -271,6 +271,11 @@ class ModelConfig:
         check=within(0, 1, "[)"),
     )
     sparse_head: bool = _quiet(True, "run the MLM head on the selected positions only (same loss, less work)")
+    sparse_last_layer: bool = _quiet(
+        True,
+        "with sparse_head, run the last layer's queries, feed-forward and LayerNorms on the selected positions only "
+        "(BERT and RoBERTa layers, packed blocks, on the CPU; same loss, less work)",
+    )
     pad_vocab_multiple: int = _trains(
         1, "round the embedding rows up to a multiple of this (64 suits GPUs)", check=at_least(1)
     )

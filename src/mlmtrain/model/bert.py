@@ -21,6 +21,7 @@ from mlmtrain.data.masking import IGNORE_INDEX
 from mlmtrain.errors import UserError
 from mlmtrain.model.families import encode, head_logits, model_family
 from mlmtrain.model.fused_head import decoder_cross_entropy, fused_head_applies
+from mlmtrain.model.last_layer import encode_selected, runs_on_rows
 
 
 def padded_vocab_size(vocab_size: int, multiple: int) -> int:
@@ -162,7 +163,7 @@ class MaskedLM(torch.nn.Module):
     the exact mean, however unevenly the selected tokens fall.
     """
 
-    def __init__(self, mlm: BertForMaskedLM, sparse_head: bool = True) -> None:
+    def __init__(self, mlm: BertForMaskedLM, sparse_head: bool = True, sparse_last_layer: bool = True) -> None:
         super().__init__()
         self.mlm = mlm
         self.family = model_family(mlm)  # where its encoder and head live
@@ -170,6 +171,8 @@ class MaskedLM(torch.nn.Module):
         self.head_dtype: torch.dtype | None = None  # train.precision bf16-head: autocast for the head alone
         # True off the CPU: the head takes the collator's fixed-capacity positions as they are, static shapes
         self.static_rows = False
+        # model.sparse_last_layer on BERT-layout layers: the last one runs on the selected rows (last_layer.py)
+        self.last_layer_on_rows = sparse_last_layer and runs_on_rows(mlm)
 
     def forward(
         self,
@@ -185,8 +188,23 @@ class MaskedLM(torch.nn.Module):
         # is_causal = config.is_decoder = False). An all-ones mask costs a `.all()` check, a host sync on CUDA, to
         # reach the same place; packed blocks have no padding, so pass None.
         # tests/model/test_model.py::test_unmasked_batch_reaches_sdpa_without_a_mask guards this against upgrades.
+        if self.selected_rows_only(attention_mask, document_ids):
+            # the last layer runs on the selected rows alone (last_layer.py); the head then finds them in labels
+            hidden, labels = encode_selected(self.mlm, input_ids, labels, self.attention())
+            return self.head_loss(hidden, labels)
         hidden = encode(self.mlm, input_ids, attention_mask, document_ids)
         return self.head_loss(hidden, labels, selected_positions)
+
+    def selected_rows_only(self, attention_mask: torch.Tensor | None, document_ids: torch.Tensor | None) -> bool:
+        """Whether the last layer runs on the selected rows alone: BERT-layout layers, the sparse head, no attention
+        mask of any kind (packed blocks), and rows found on the host (the CPU; static_rows keeps CUDA free of syncs)."""
+        unmasked = attention_mask is None and document_ids is None
+        return self.sparse_head and self.last_layer_on_rows and unmasked and not self.static_rows
+
+    def attention(self) -> Any:
+        """The attention function the model's layers run (TRAINING_ATTENTION's once `use_training_attention`)."""
+        training = self.mlm.config._attn_implementation == TRAINING_ATTENTION
+        return sdpa_float32_under_cpu_autocast if training else sdpa_attention_forward
 
     def head_loss(
         self, hidden: torch.Tensor, labels: torch.Tensor, selected_positions: torch.Tensor | None = None

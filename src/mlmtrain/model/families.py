@@ -103,6 +103,9 @@ class Family:
     # absolute positions); DistilBERT's takes no position ids before transformers 5, and ModernBERT's local windows
     # and DeBERTa's own attention build their masks themselves
     within_documents: bool = False
+    # its layers are BERT's (attention.self.query/key/value, attention.output, intermediate, output): the last one can
+    # run on the selected positions alone (last_layer.py)
+    bert_layout: bool = False
 
     def masked_lm_class(self) -> Any:
         import transformers
@@ -142,6 +145,7 @@ FAMILIES = (
         head=_bert_head,
         tokenizers="WordPiece",
         within_documents=True,
+        bert_layout=True,
     ),
     Family(
         "RoBERTa",
@@ -152,6 +156,7 @@ FAMILIES = (
         tokenizers="byte-level BPE (RoBERTa), SentencePiece (XLM-RoBERTa, CamemBERT)",
         unused_positions=_after_padding,
         within_documents=True,
+        bert_layout=True,
     ),
     Family(
         "DistilBERT",

@@ -43,7 +43,8 @@ class MaskedLanguageModel(Objective):
         return {"": (architecture_of(self.cfg.model).config(self.cfg.model, self.vocab), decided)}
 
     def step_module(self, trained: Any) -> torch.nn.Module:
-        return MaskedLM(trained, sparse_head=self.cfg.model.sparse_head)
+        model = self.cfg.model
+        return MaskedLM(trained, sparse_head=model.sparse_head, sparse_last_layer=model.sparse_last_layer)
 
     def collator(self) -> MaskingCollator:
         # the sparse head takes its rows from the collator (model/bert.py's MaskedLM.head_rows)
