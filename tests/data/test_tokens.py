@@ -109,6 +109,29 @@ def test_an_existing_tokenizer_is_reused_instead_of_trained(tiny_data: Path, tmp
     assert TokenStore(store, "train").tokenizer_fingerprint == tokenizer_fingerprint(reused)
 
 
+def test_a_folder_that_holds_the_pretrained_tokenizer_already_is_kept_with_its_record(
+    tiny_data: Path, tmp_path: Path
+) -> None:
+    """A run that takes its tokenizer from a model (tokenizer.pretrained: a distillation teacher, a base) and shares
+    tokenizer.path with the run that trained that very tokenizer leaves the folder as it is: that run then finds it
+    current, instead of training a new WordPiece (which may differ: tokenizers#1794) and a new store."""
+    from mlmtrain.data.tokenizer import TOKENIZER_META
+
+    root = copy_corpus(tiny_data, tmp_path)
+    trained = load_config(None, tiny_overrides(root))
+    tokenize_corpus(trained, quiet=True)
+    record = (root / "tokenizer" / TOKENIZER_META).read_text()
+    fingerprint = tokenizer_fingerprint(load_tokenizer(root / "tokenizer"))
+    teacher = tmp_path / "teacher"  # the same tokenizer, saved in a model's folder
+    shutil.copytree(root / "tokenizer", teacher)
+    (teacher / TOKENIZER_META).unlink()
+    tokenize_corpus(load_config(None, tiny_overrides(root, **{"tokenizer.pretrained": str(teacher)})), quiet=True)
+    assert (root / "tokenizer" / TOKENIZER_META).read_text() == record
+    tokenize_corpus(trained, quiet=True)
+    assert (root / "tokenizer" / TOKENIZER_META).read_text() == record  # still current: nothing trained again
+    assert tokenizer_fingerprint(load_tokenizer(root / "tokenizer")) == fingerprint
+
+
 @pytest.mark.parametrize("meta", ["[1, 2]", "{format}"], ids=["not an object", "no splits"])
 def test_a_store_meta_that_parses_but_is_not_a_stores_is_one_data_error(tmp_path: Path, meta: str) -> None:
     from mlmtrain.data.store import STORE_FORMAT, read_meta

@@ -287,12 +287,27 @@ def tokenizer_plan(cfg: Config, train_corpus: Any) -> tuple[str, dict[str, Any]]
         current = is_tokenizer_folder(folder) and {key: record.get(key) for key in wanted} == wanted
         return ("reuse", record) if current else ("extend", wanted)
     if cfg.tokenizer.pretrained:
-        same = Path(cfg.tokenizer.pretrained).resolve() == folder.resolve()
-        return ("reuse" if same else "copy"), {"copied_from": cfg.tokenizer.pretrained}
+        pretrained = cfg.tokenizer.pretrained
+        same = Path(pretrained).resolve() == folder.resolve() or _holds_it(folder, pretrained)
+        return ("reuse" if same else "copy"), {"copied_from": pretrained}
     settings = _tokenizer_settings(cfg, train_corpus.fingerprint())
     if is_tokenizer_folder(folder) and tokenizer_record(folder) in (None, settings):
         return "reuse", settings
     return "train", settings
+
+
+def _holds_it(folder: Path, pretrained: str) -> bool:
+    """Whether tokenizer.path already holds the tokenizer of `pretrained`, a local folder (the same vocabulary and
+    normalizer): it is then kept as it is, record included, so a run that trained it and shares the folder finds it
+    still current. A hub name is not looked up here (a resumed run copies it from its checkpoint, offline)."""
+    from mlmtrain.data.tokenizer import is_tokenizer_folder, load_tokenizer, tokenizer_fingerprint
+
+    if not (Path(pretrained).is_dir() and is_tokenizer_folder(folder)):
+        return False
+    try:
+        return tokenizer_fingerprint(load_tokenizer(folder)) == tokenizer_fingerprint(load_tokenizer(pretrained))
+    except UserError:  # either does not load: copy, which says what is wrong with tokenizer.pretrained
+        return False
 
 
 def planned_tokenizer_fingerprint(
