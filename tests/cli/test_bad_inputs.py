@@ -200,10 +200,7 @@ STORE_DAMAGE = {
 WITHIN_REFUSED = {
     "unpacked": ({"data.packing": False}, "data.packing is false (one document per block already)"),
     "electra": ({"train.objective": "electra"}, "which train.objective mlm supports, not electra"),
-    "modernbert": (
-        {"model.architecture": "modernbert", "tokenizer.kind": "bpe"},
-        "needs a BERT or RoBERTa model, and model.architecture modernbert is not one",
-    ),
+    "sentence-pairs": ({"train.objective": "mlm+sop"}, "which train.objective mlm supports, not mlm+sop"),
 }
 
 

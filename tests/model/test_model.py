@@ -9,6 +9,7 @@ import copy
 
 import pytest
 import torch
+import transformers
 from transformers import AutoModelForMaskedLM, BertForMaskedLM
 
 from mlmtrain.config import Config, ModelConfig
@@ -249,12 +250,41 @@ def roberta(pad: int) -> torch.nn.Module:
     return mlm
 
 
+def modernbert() -> torch.nn.Module:
+    """A tiny ModernBertForMaskedLM whose local layers see 3 tokens either side, so its documents outgrow the window."""
+    from transformers import ModernBertConfig, ModernBertForMaskedLM
+
+    torch.manual_seed(0)
+    shape = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64)
+    config = ModernBertConfig(
+        vocab_size=VOCAB, pad_token_id=PAD, local_attention=6, global_attn_every_n_layers=2, **shape
+    )
+    mlm = ModernBertForMaskedLM(config).eval()
+    assert {"full_attention", "sliding_attention"} <= set(mlm.config.layer_types)
+    with torch.no_grad():
+        for param in mlm.parameters():
+            if param.ndim >= 2:
+                param.normal_(0.0, 0.2)
+    return mlm
+
+
+TRANSFORMERS_5 = int(transformers.__version__.split(".")[0]) >= 5
+
+
 @pytest.mark.oldpins
-@pytest.mark.parametrize("family", ["bert", "roberta"])
+@pytest.mark.parametrize(
+    "family",
+    [
+        "bert",
+        "roberta",
+        pytest.param("modernbert", marks=pytest.mark.skipif(not TRANSFORMERS_5, reason="refused before 5 (below)")),
+    ],
+)
 def test_a_document_packed_with_others_has_the_hidden_states_it_has_alone(family, model):
     """data.document_attention within: each document of a packed block ([CLS] first, each document ended by [SEP],
-    the block closed by [SEP]) attends to itself alone, from position 0 (RoBERTa's after its padding offset)."""
-    mlm = model if family == "bert" else roberta(PAD)
+    the block closed by [SEP]) attends to itself alone, from position 0 (RoBERTa's after its padding offset),
+    ModernBERT's local layers within their window too."""
+    mlm = {"bert": lambda: model, "roberta": lambda: roberta(PAD), "modernbert": modernbert}[family]()
     cls_id, sep_id = 1, 2
     generator = torch.Generator().manual_seed(3)
     a, b, c = (torch.randint(3, VOCAB, (n,), generator=generator).tolist() for n in (7, 12, 5))
@@ -270,6 +300,17 @@ def test_a_document_packed_with_others_has_the_hidden_states_it_has_alone(family
             alone = encode(mlm, torch.tensor([document]), None)[0]
             torch.testing.assert_close(packed, alone, rtol=0, atol=1e-5)
             assert (unmasked - alone).abs().max() > 1e-2  # attention across the whole block reaches the others
+
+
+@pytest.mark.oldpins
+def test_modernbert_within_documents_is_refused_in_one_line_before_transformers_5() -> None:
+    from mlmtrain.model.families import check_within_documents, family_of
+
+    if TRANSFORMERS_5:
+        check_within_documents(family_of("modernbert"), "model.architecture modernbert")  # takes it
+        return
+    with pytest.raises(UserError, match="install transformers>=5 or set data.document_attention: packed"):
+        check_within_documents(family_of("modernbert"), "model.architecture modernbert")
 
 
 def test_flops_per_token_matches_a_hand_count():

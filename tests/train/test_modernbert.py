@@ -20,6 +20,7 @@ from mlmtrain.model.bert import count_parameters
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train.loop import pretrain
 
+from ..evaluate.test_evaluate import eval_json
 from ..evaluate.test_probe import topics  # noqa: F401  (a fixture: a tiny labelled task)
 from ..helpers import (
     assert_one_error_line,
@@ -159,3 +160,18 @@ def test_what_only_bert_has_is_refused_in_one_line_with_nothing_written(
     assert code == 2
     assert_one_error_line(lines, "config:", *needles)
     assert not run_dir.exists()
+
+
+@pytest.mark.skipif(int(__import__("transformers").__version__.split(".")[0]) < 5, reason="within needs transformers 5")
+def test_modernbert_from_scratch_attends_within_documents_and_evaluates_so(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """data.document_attention within on ModernBERT (its global and local masks kept to each document: the model
+    tests hold that to 1e-5): a run trains, and eval-perplexity attends as it trained."""
+    data = copy_corpus(tiny_data, tmp_path)
+    run = {**MODERN, "data.document_attention": "within", "train.max_steps": 4, "train.eval_every": 4}
+    with one_thread():
+        final = pretrain(load_config(None, tiny_overrides(data, **run, **{"train.run_dir": str(tmp_path / "run")})))
+    assert 4 in by_step(tmp_path / "run", "eval_loss")
+    scored = eval_json(capsys, final, data=str(data / "valid.txt"))
+    assert scored["document_attention"] == "within" and scored["perplexity"] > 1

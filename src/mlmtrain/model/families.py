@@ -66,6 +66,35 @@ def _deberta_head(mlm: Any) -> Head:
     return transform, mlm.deberta.embeddings.word_embeddings.weight, head.bias
 
 
+def _one_mask(mlm: Any, same: torch.Tensor) -> torch.Tensor:
+    """One bool mask for every layer, True where a query may attend (`same` [B,T,T]: same document): [B,1,T,T] where
+    the model builds its masks with transformers' masking utilities (5.x), which take a prepared 4-D mask as it is;
+    [B,T,T] where it extends them itself (4.x's get_extended_attention_mask, which refuses 4-D)."""
+    prepared = hasattr(sys.modules[type(mlm).__module__], "create_bidirectional_mask")
+    return same[:, None] if prepared else same
+
+
+def _layer_type_masks(mlm: Any, same: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A mask for each of ModernBERT's layer types (transformers 5 takes them as a dict): its global layers keep to the
+    document, its local ones also to their window, as its own sliding-window mask draws it (distance <=
+    config.sliding_window, half of local_attention)."""
+    steps = torch.arange(same.shape[-1], device=same.device)
+    half = getattr(mlm.config, "sliding_window", None) or mlm.config.local_attention // 2
+    window = (steps[:, None] - steps[None, :]).abs() <= half
+    return {"full_attention": same[:, None], "sliding_attention": (same & window)[:, None]}
+
+
+def _modernbert_within_blocker() -> Optional[str]:
+    """Why the installed transformers cannot keep ModernBERT's attention to each document: 4.x draws its global and
+    local masks itself from a padding mask."""
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) < 5:
+        version = transformers.__version__
+        return f"transformers {version} builds ModernBERT's local and global masks itself; install transformers>=5"
+    return None
+
+
 _BERT_SHAPE = {
     "hidden_size": "hidden_size",
     "num_layers": "num_hidden_layers",
@@ -103,6 +132,10 @@ class Family:
     # absolute positions); DistilBERT's takes no position ids before transformers 5, and ModernBERT's local windows
     # and DeBERTa's own attention build their masks themselves
     within_documents: bool = False
+    # the mask(s) that keep each token to its document, from `same` [B,T,T] (True: same document)
+    document_masks: Callable[[Any, torch.Tensor], Any] = _one_mask
+    # why the installed transformers cannot keep this family within documents; None when it can
+    within_blocker: Callable[[], Optional[str]] = lambda: None
     # its layers are BERT's (attention.self.query/key/value, attention.output, intermediate, output): the last one can
     # run on the selected positions alone (last_layer.py)
     bert_layout: bool = False
@@ -182,6 +215,9 @@ FAMILIES = (
         tokenizers="byte-level BPE",
         dropout={"hidden_dropout": "mlp_dropout", "attention_dropout": "attention_dropout"},
         layers="layers",
+        within_documents=True,
+        document_masks=_layer_type_masks,
+        within_blocker=_modernbert_within_blocker,
     ),
     Family(
         "DeBERTa-v2/v3",
@@ -230,7 +266,8 @@ def known_types() -> str:
     return ", ".join(_BY_TYPE)
 
 
-WITHIN_DOCUMENTS = " or ".join(family.name for family in FAMILIES if family.within_documents)
+_WITHIN = [family.name for family in FAMILIES if family.within_documents]
+WITHIN_DOCUMENTS = f"{', '.join(_WITHIN[:-1])} or {_WITHIN[-1]}"  # for messages: "BERT, RoBERTa or ModernBERT"
 
 
 def check_within_documents(family: Optional[Family], what: str) -> None:
@@ -242,21 +279,26 @@ def check_within_documents(family: Optional[Family], what: str) -> None:
             f"data.document_attention within needs a {WITHIN_DOCUMENTS} model, and {what} is not one; set "
             "data.document_attention: packed",
         )
+    reason = family.within_blocker()
+    if reason:
+        raise UserError(
+            "config",
+            f"data.document_attention within, asked of {what}: {reason} or set data.document_attention: packed",
+        )
 
 
-def document_attention(mlm: Any, document_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def document_attention(mlm: Any, document_ids: torch.Tensor) -> tuple[Any, torch.Tensor]:
     """(attention mask, position ids) that keep each token of a packed block to its own document (`document_ids`
     [B,T], masking.py), with positions from 0 (RoBERTa's after its padding offset) at each document's start: a
-    document's hidden states are then those it has alone. The mask is bool, True where a query may attend: [B,1,T,T]
-    where the model builds its masks with transformers' masking utilities (5.x), which take a prepared 4-D mask as
-    it is; [B,T,T] where it extends them itself (4.x's get_extended_attention_mask, which refuses 4-D)."""
+    document's hidden states are then those it has alone. The mask is bool, True where a query may attend, in the
+    form the family's encoder takes (`Family.document_masks`)."""
+    family = model_family(mlm)
     steps = torch.arange(document_ids.shape[1], device=document_ids.device)
     starts = F.pad(document_ids[:, 1:] != document_ids[:, :-1], (1, 0), value=True)
     first = torch.cummax(torch.where(starts, steps, 0), dim=1).values  # where each token's document starts
-    positions = steps - first + model_family(mlm).unused_positions(vars(mlm.config))
+    positions = steps - first + family.unused_positions(vars(mlm.config))
     same = document_ids[:, :, None] == document_ids[:, None, :]
-    prepared = hasattr(sys.modules[type(mlm).__module__], "create_bidirectional_mask")
-    return (same[:, None] if prepared else same), positions
+    return family.document_masks(mlm, same), positions
 
 
 def encode(
