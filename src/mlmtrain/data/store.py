@@ -300,14 +300,10 @@ def _holds_it(folder: Path, pretrained: str) -> bool:
     """Whether tokenizer.path already holds the tokenizer of `pretrained`, a local folder (the same vocabulary and
     normalizer): it is then kept as it is, record included, so a run that trained it and shares the folder finds it
     still current. A hub name is not looked up here (a resumed run copies it from its checkpoint, offline)."""
-    from mlmtrain.data.tokenizer import is_tokenizer_folder, load_tokenizer, tokenizer_fingerprint
+    from mlmtrain.data.tokenizer import is_tokenizer_folder, same_tokenizer
 
-    if not (Path(pretrained).is_dir() and is_tokenizer_folder(folder)):
-        return False
-    try:
-        return tokenizer_fingerprint(load_tokenizer(folder)) == tokenizer_fingerprint(load_tokenizer(pretrained))
-    except UserError:  # either does not load: copy, which says what is wrong with tokenizer.pretrained
-        return False
+    # one that does not load is not the same: copy, which says what is wrong with tokenizer.pretrained
+    return Path(pretrained).is_dir() and is_tokenizer_folder(folder) and same_tokenizer(folder, pretrained)
 
 
 def planned_tokenizer_fingerprint(

@@ -434,3 +434,12 @@ def tokenizer_fingerprint(tokenizer: Union[tokenizers.Tokenizer, transformers.Pr
     vocab = backend.get_vocab(with_added_tokens=True)
     identity = {"vocab": sorted(vocab, key=vocab.__getitem__), "normalizer": _normalizer_settings(backend)}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
+def same_tokenizer(first: Union[str, Path], second: Union[str, Path]) -> bool:
+    """Whether the tokenizers of `first` and `second` (folders or hub names) split text alike: the same vocabulary in
+    id order and normalizer. A tokenizer that does not load is not the same."""
+    try:
+        return tokenizer_fingerprint(load_tokenizer(first)) == tokenizer_fingerprint(load_tokenizer(second))
+    except UserError:
+        return False

@@ -44,15 +44,21 @@ def _modernbert_head(mlm: Any) -> Head:
     return mlm.head, mlm.decoder.weight, mlm.decoder.bias
 
 
+def _transformers_4() -> Optional[str]:
+    """The installed transformers' version when it is a 4.x (what some families cannot do there), else None."""
+    import transformers
+
+    return transformers.__version__ if int(transformers.__version__.split(".")[0]) < 5 else None
+
+
 def _deberta_blocker(config: Mapping[str, Any]) -> Optional[str]:
     """DeBERTa's v3 head (config.json `legacy: false`) under transformers 4.x, which ties that head's dense layer to the
     word embeddings and so cannot run it."""
-    import transformers
-
-    if config.get("legacy", True) is False and int(transformers.__version__.split(".")[0]) < 5:
+    version = _transformers_4()
+    if config.get("legacy", True) is False and version:
         return (
             f"holds a DeBERTa with the v3 masked-LM head (config.json legacy: false), which transformers "
-            f"{transformers.__version__} cannot run (4.x ties that head's dense layer to the word embeddings): "
+            f"{version} cannot run (4.x ties that head's dense layer to the word embeddings): "
             "install transformers>=5"
         )
     return None
@@ -87,10 +93,8 @@ def _layer_type_masks(mlm: Any, same: torch.Tensor) -> dict[str, torch.Tensor]:
 def _modernbert_within_blocker() -> Optional[str]:
     """Why the installed transformers cannot keep ModernBERT's attention to each document: 4.x draws its global and
     local masks itself from a padding mask."""
-    import transformers
-
-    if int(transformers.__version__.split(".")[0]) < 5:
-        version = transformers.__version__
+    version = _transformers_4()
+    if version:
         return f"transformers {version} builds ModernBERT's local and global masks itself; install transformers>=5"
     return None
 
@@ -316,17 +320,28 @@ def encode(
     return encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
 
 
-def keep_layers(mlm: Any, kept: list[int]) -> None:
-    """Keep only the transformer layers `kept` (indices, in order) of a masked LM of any family, and say so in its
-    config."""
+def _layers_home(mlm: Any) -> tuple[Any, str]:
+    """(the module that holds the transformer layers of a masked LM of any family, the attribute that holds them)."""
     family = model_family(mlm)
     *path, name = f"{family.encoder}.{family.layers}".split(".")
     parent = mlm
     for attribute in path:
         parent = getattr(parent, attribute)
+    return parent, name
+
+
+def transformer_layers(mlm: Any) -> torch.nn.ModuleList:
+    """The transformer layers of a masked LM of any family, in order."""
+    return getattr(*_layers_home(mlm))
+
+
+def keep_layers(mlm: Any, kept: list[int]) -> None:
+    """Keep only the transformer layers `kept` (indices, in order) of a masked LM of any family, and say so in its
+    config."""
+    parent, name = _layers_home(mlm)
     layers = getattr(parent, name)
     setattr(parent, name, torch.nn.ModuleList([layers[index] for index in kept]))
-    setattr(mlm.config, family.shape["num_layers"], len(kept))
+    setattr(mlm.config, model_family(mlm).shape["num_layers"], len(kept))
     kinds = getattr(mlm.config, "layer_types", None)  # ModernBERT's local/global attention, one entry a layer
     if isinstance(kinds, list) and len(kinds) == len(layers):
         mlm.config.layer_types = [kinds[index] for index in kept]

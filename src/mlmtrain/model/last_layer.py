@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from mlmtrain.data.masking import IGNORE_INDEX
-from mlmtrain.model.families import model_family
+from mlmtrain.model.families import model_family, transformer_layers
 
 
 def runs_on_rows(mlm: Any) -> bool:
@@ -41,13 +41,8 @@ def encode_selected(
     """(last hidden states at the selected positions [B,K,H], their labels [B,K]) of an unmasked batch; `attend` is
     the attention function the model trains with (an `AttentionInterface` function: query, key and value [B,N,T,D]
     in, [B,T,N,D] out)."""
-    family = model_family(mlm)
-    encoder = getattr(mlm, family.encoder)
-    layers = encoder
-    for name in family.layers.split("."):  # BertModel.encoder.layer
-        layers = getattr(layers, name)
-    *layers, last = layers
-    hidden = encoder.embeddings(input_ids=input_ids)
+    *layers, last = transformer_layers(mlm)
+    hidden = getattr(mlm, model_family(mlm).encoder).embeddings(input_ids=input_ids)
     for layer in layers:
         output = layer(hidden, None)  # no mask: every token attends to the whole block
         hidden = output[0] if isinstance(output, tuple) else output  # transformers 4.x returns a tuple

@@ -264,7 +264,9 @@ def take_tokenizer(tokenizer: TokenizerConfig, config: dict[str, Any], name: str
     """The base's tokenizer (that of the model config `key` names) as tokenizer.pretrained; keys that would train a
     new WordPiece vocabulary are refused, and so is another tokenizer.pretrained (the same tokenizer in another
     folder passes)."""
-    if tokenizer.pretrained not in (None, name) and not _same_tokenizer(tokenizer.pretrained, name):
+    from mlmtrain.data.tokenizer import same_tokenizer
+
+    if tokenizer.pretrained not in (None, name) and not same_tokenizer(tokenizer.pretrained, name):
         raise _refuse(
             f"{name} brings its own tokenizer, but tokenizer.pretrained is {tokenizer.pretrained}, another one; "
             "drop tokenizer.pretrained",
@@ -281,16 +283,6 @@ def take_tokenizer(tokenizer: TokenizerConfig, config: dict[str, Any], name: str
             )
     tokenizer.pretrained = name
     tokenizer.vocab_size = config["vocab_size"]
-
-
-def _same_tokenizer(stated: str, name: str) -> bool:
-    """Whether the tokenizer tokenizer.pretrained states splits text as the one of model `name` does."""
-    from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
-
-    try:
-        return tokenizer_fingerprint(load_tokenizer(stated)) == tokenizer_fingerprint(load_tokenizer(name))
-    except UserError:  # a tokenizer that does not load is not the model's
-        return False
 
 
 def kept_pooler(base: Optional[Path]) -> Optional[dict[str, torch.Tensor]]:
