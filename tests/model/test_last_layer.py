@@ -17,7 +17,10 @@ from transformers import (
 
 from mlmtrain.data.masking import IGNORE_INDEX
 from mlmtrain.model.bert import MaskedLM
+from mlmtrain.model.families import transformer_layers
 from mlmtrain.model.last_layer import runs_on_rows, selected_grid
+
+from ..helpers import larger_weights
 
 SIZE = dict(
     vocab_size=300,
@@ -37,11 +40,7 @@ def masked_lm(kind: str):
         "bert": lambda: BertForMaskedLM(BertConfig(**SIZE, attn_implementation="sdpa")),
         "roberta": lambda: RobertaForMaskedLM(RobertaConfig(**SIZE, attn_implementation="sdpa")),
     }[kind]()
-    with torch.no_grad():  # weights large enough that a wrong row or a lost position moves the loss
-        for param in model.parameters():
-            if param.ndim >= 2:
-                param.normal_(0.0, 0.2)
-    return model
+    return larger_weights(model)  # so that a wrong row or a lost position moves the loss
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,8 +66,7 @@ def loss_and_gradients(model, rows_only: bool, **inputs) -> tuple[torch.Tensor, 
 
 def count_last_layer_calls(model) -> list[int]:
     calls = []
-    layers = model.base_model.encoder.layer
-    layers[-1].register_forward_hook(lambda *args: calls.append(1))
+    transformer_layers(model)[-1].register_forward_hook(lambda *args: calls.append(1))
     return calls
 
 

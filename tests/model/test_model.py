@@ -26,6 +26,8 @@ from mlmtrain.model.bert import (
 )
 from mlmtrain.model.families import encode
 
+from ..helpers import larger_weights
+
 VOCAB = 100
 PAD = 0
 
@@ -50,10 +52,7 @@ def model() -> BertForMaskedLM:
     mlm = build_model(tiny_config(), VOCAB, PAD).eval()
     # At init (std 0.02) every prediction is nearly uniform, so the loss hardly depends on anything, a dropped
     # padding mask included (it moves the mean loss by ~1e-5). Larger weights make the comparisons able to fail.
-    with torch.no_grad():
-        for param in mlm.parameters():
-            if param.ndim >= 2:
-                param.normal_(0.0, 0.2)
+    larger_weights(mlm)
     return mlm
 
 
@@ -243,10 +242,7 @@ def roberta(pad: int) -> torch.nn.Module:
     shape = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
     config = RobertaConfig(vocab_size=VOCAB, max_position_embeddings=66, pad_token_id=pad, **shape)
     mlm = RobertaForMaskedLM(config).eval()
-    with torch.no_grad():
-        for param in mlm.parameters():
-            if param.ndim >= 2:
-                param.normal_(0.0, 0.2)
+    larger_weights(mlm)
     return mlm
 
 
@@ -261,10 +257,7 @@ def modernbert() -> torch.nn.Module:
     )
     mlm = ModernBertForMaskedLM(config).eval()
     assert {"full_attention", "sliding_attention"} <= set(mlm.config.layer_types)
-    with torch.no_grad():
-        for param in mlm.parameters():
-            if param.ndim >= 2:
-                param.normal_(0.0, 0.2)
+    larger_weights(mlm)
     return mlm
 
 
