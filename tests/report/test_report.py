@@ -215,11 +215,12 @@ def write_run(folder: Path, spec: dict[str, Any]) -> Path:
     (folder / "mlmtrain.yaml").write_text(yaml.safe_dump(spec["config"]))
     (folder / "tokens").mkdir()
     (folder / "tokens" / "meta.json").write_text(json.dumps({"format": 1, "splits": spec["store"]}))
-    checkpoint = folder / "checkpoints" / "step-2000"
-    checkpoint.mkdir(parents=True)
-    header = json.dumps({"w": {"dtype": "F32", "shape": [spec["parameters"]], "data_offsets": [0, 0]}}).encode()
-    (checkpoint / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
-    (checkpoint / "COMPLETE").write_text("ok\n")
+    for step in (*spec.get("saved", ()), 2000):
+        checkpoint = folder / "checkpoints" / f"step-{step}"
+        checkpoint.mkdir(parents=True)
+        header = json.dumps({"w": {"dtype": "F32", "shape": [spec["parameters"]], "data_offsets": [0, 0]}}).encode()
+        (checkpoint / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+        (checkpoint / "COMPLETE").write_text("ok\n")
     return folder
 
 
@@ -360,6 +361,39 @@ def test_a_growing_gap_while_validation_still_improves_is_not_overfitting(tmp_pa
     spec["evals"][-1]["eval_loss"] += 0.05  # now the last evaluation is worse than the best
     verdict = verdicts_of(write_run(tmp_path / "worse", spec))["overfitting"]
     assert verdict.status == health.FAIL and "from its best, at step 1,800" in verdict.message, verdict
+
+
+def _rising_at_the_end(spec: dict[str, Any], keep_best: bool, saved: tuple[int, ...]) -> None:
+    """Ten passes, a growing gap, and a last evaluation worse than the best (step 1,800); `saved`: the steps whose
+    checkpoints the run folder holds besides step-2000."""
+    spec["store"]["train"]["tokens"] = 20_000_000
+    for line in spec["train"]:
+        line["loss"] -= line["step"] / 1000
+    spec["evals"][-1]["eval_loss"] += 0.05
+    spec["config"]["checkpoint"] = {"keep_best": keep_best}
+    spec["saved"] = saved
+
+
+@pytest.mark.parametrize(
+    ("keep_best", "saved", "status"),
+    [(True, (1800,), health.OK), (False, (1800,), health.FAIL), (True, (), health.FAIL)],
+)
+def test_overfitting_passes_only_when_the_run_kept_the_best_checkpoint(
+    tmp_path: Path, keep_best: bool, saved: tuple[int, ...], status: str
+) -> None:
+    """The check's fix is to keep the best checkpoint: a run that did so (checkpoint.keep_best, and that step's
+    checkpoint in its folder) passes, naming it; without it, or with the best evaluated between saves, it fails."""
+    spec = healthy_spec()
+    _rising_at_the_end(spec, keep_best, saved)
+    verdict = verdicts_of(write_run(tmp_path / "run", spec))["overfitting"]
+    assert verdict.status == status, verdict
+    assert "from its best, at step 1,800" in verdict.message, verdict
+    if status == health.OK:
+        assert verdict.message.endswith("whose checkpoint the run kept: checkpoints/step-1800"), verdict
+    elif keep_best:
+        assert "checkpoint.save_every = train.eval_every" in verdict.fix, verdict
+    else:
+        assert "checkpoint.keep_best: true" in verdict.fix, verdict
 
 
 def test_thresholds_come_from_the_run_config_and_the_command_line(tmp_path: Path) -> None:

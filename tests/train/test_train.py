@@ -141,7 +141,7 @@ def test_max_tokens_budget(tiny_config) -> None:
     assert pretrain(cfg).name == "step-3"
 
 
-def test_keep_last_prunes_and_keep_best_spares_the_best(tiny_config) -> None:
+def test_keep_last_prunes_and_keep_best_spares_the_best(tiny_config, capsys) -> None:
     # a high learning rate makes validation loss wander, so the best is often not the last
     cfg = tiny_config(
         **{
@@ -159,6 +159,8 @@ def test_keep_last_prunes_and_keep_best_spares_the_best(tiny_config) -> None:
     best = min(evals, key=evals.get)
     kept = {p.name for p in (run_dir / "checkpoints").glob("step-*")}
     assert kept == {"step-12", f"step-{best}"}
+    named = f"the lowest validation loss was at step {best}: {run_dir / 'checkpoints' / f'step-{best}'}"
+    assert (named in capsys.readouterr().err) == (best != 12)  # the last line names the best when it is not the last
 
 
 def test_max_time_budget_stops_on_time_and_stretches_the_schedule(tiny_config, ticking_clock) -> None:

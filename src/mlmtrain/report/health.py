@@ -189,13 +189,15 @@ def check_overfitting(run: Run, limits: ReportConfig) -> Verdict:
     best = int(np.argmin(evals.value))
     rose = float(evals.value[-1] - evals.value[best])
     if growth > limits.overfit_gap and rose > 0:  # a gap that grows while validation still improves is not harm yet
-        return Verdict(
-            name,
-            FAIL,
+        best_step = int(evals.step[best])
+        said = (
             f"{epochs:.1f} passes over {corpus:,} tokens, (validation - training loss) grew by {growth:.3f} nats and "
-            f"the validation loss rose by {rose:.3f} from its best, at step {int(evals.step[best]):,}",
-            "train on more data, keep the best checkpoint (checkpoint.keep_best: true), or raise model.dropout",
+            f"the validation loss rose by {rose:.3f} from its best, at step {best_step:,}"
         )
+        if run.setting("checkpoint", "keep_best") is True and best_step in run.checkpoints:
+            # the fix is in place: the run kept the checkpoint of its best validation loss
+            return Verdict(name, OK, f"{said}, whose checkpoint the run kept: checkpoints/step-{best_step}")
+        return Verdict(name, FAIL, said, _overfit_fix(run))
     if growth > limits.overfit_gap:
         return Verdict(
             name,
@@ -204,6 +206,15 @@ def check_overfitting(run: Run, limits: ReportConfig) -> Verdict:
             "loss is still at its best",
         )
     return Verdict(name, OK, f"{epochs:.1f} passes over the data; the validation gap grew by only {growth:.3f} nats")
+
+
+def _overfit_fix(run: Run) -> str:
+    if run.setting("checkpoint", "keep_best") is not True:
+        return "train on more data, keep the best checkpoint (checkpoint.keep_best: true), or raise model.dropout"
+    # keep_best ranks the saved checkpoints: a best evaluation between saves was never written
+    return (
+        "train on more data, raise model.dropout, or save at each evaluation (checkpoint.save_every = train.eval_every)"
+    )
 
 
 def _split(run: Run, split: str, key: str) -> Optional[dict[str, Any]]:

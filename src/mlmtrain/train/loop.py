@@ -455,6 +455,9 @@ class Loop:
             f"done: {self.state.step} steps, {self.state.tokens:,} tokens in {self.state.elapsed_s:.0f}s, until "
             f"{' and '.join(ended) or 'the budget'} ended the run; checkpoint {self.last_saved} (also {latest})"
         )
+        best = self.run_dir / "checkpoints" / f"step-{self.state.best_step}"
+        if self.cfg.checkpoint.keep_best and self.state.best_step < self.state.step and best.is_dir():
+            say(f"the lowest validation loss was at step {self.state.best_step}: {best} (checkpoint.keep_best)")
         say(f'try: mlmtrain fill-mask --model {latest} "a sentence with a [MASK] in it"')
         say(f"and: mlmtrain eval-perplexity --model {latest} --config <your config>")
 
