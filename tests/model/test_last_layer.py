@@ -1,6 +1,7 @@
 """The last layer on the selected rows alone (model/last_layer.py): the loss and every gradient are the whole
-layer's, for BERT and RoBERTa, blocks with unequal counts and a block with none; the whole layer still runs where a
-mask is needed or the family's layers are not BERT's."""
+layer's, for BERT and RoBERTa, blocks with unequal counts and a block with none, with attention over the whole block or
+within each document; the whole layer still runs where a padding mask is needed or the family's layers are not
+BERT's."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from transformers import (
 from mlmtrain.data.masking import IGNORE_INDEX
 from mlmtrain.model.bert import MaskedLM
 from mlmtrain.model.families import transformer_layers
-from mlmtrain.model.last_layer import runs_on_rows, selected_grid
+from mlmtrain.model.last_layer import runs_on_rows, selected_grid, takes_documents
 
 from ..helpers import larger_weights
 
@@ -70,14 +71,25 @@ def count_last_layer_calls(model) -> list[int]:
     return calls
 
 
+def documents() -> torch.Tensor:
+    """Document ids [4,40]: three documents in the first block, two in the second, one in the third and fourth."""
+    ids = torch.zeros(4, 40, dtype=torch.long)
+    ids[0, 9:], ids[0, 25:], ids[1, 30:] = 1, 2, 1
+    return ids
+
+
 @pytest.mark.oldpins
+@pytest.mark.parametrize("within", [False, True], ids=["packed", "within"])
 @pytest.mark.parametrize("kind", ["bert", "roberta"])
-def test_the_last_layer_on_the_selected_rows_gives_the_whole_layers_loss_and_gradients(kind: str) -> None:
+def test_the_last_layer_on_the_selected_rows_gives_the_whole_layers_loss_and_gradients(kind: str, within: bool) -> None:
     model = masked_lm(kind)
+    if within and not takes_documents(model):
+        pytest.skip("under transformers 4.x attention within documents runs the whole last layer")
+    inputs = {"document_ids": documents()} if within else {}
     calls = count_last_layer_calls(model)
-    rows_loss, rows_grads = loss_and_gradients(model, rows_only=True)
+    rows_loss, rows_grads = loss_and_gradients(model, rows_only=True, **inputs)
     assert calls == []  # the layer's own forward (every position) did not run
-    whole_loss, whole_grads = loss_and_gradients(model, rows_only=False)
+    whole_loss, whole_grads = loss_and_gradients(model, rows_only=False, **inputs)
     assert calls == [1]
     torch.testing.assert_close(rows_loss, whole_loss, rtol=1e-5, atol=1e-4)
     assert whole_loss > 1.0  # 35 positions' summed cross-entropy, not an empty sum
@@ -85,16 +97,18 @@ def test_the_last_layer_on_the_selected_rows_gives_the_whole_layers_loss_and_gra
         torch.testing.assert_close(found, expected, rtol=1e-4, atol=1e-5)
 
 
-def test_a_mask_or_documents_run_the_whole_last_layer() -> None:
+@pytest.mark.oldpins
+def test_a_padding_mask_runs_the_whole_last_layer_and_documents_under_transformers_4() -> None:
     model = masked_lm("bert")
     calls = count_last_layer_calls(model)
     input_ids, labels = batch()
     step = MaskedLM(model)
     step(input_ids, labels, attention_mask=torch.ones_like(input_ids))
-    step(input_ids, labels, document_ids=torch.zeros_like(input_ids))
     MaskedLM(model, sparse_head=False)(input_ids, labels)
     MaskedLM(model, sparse_last_layer=False)(input_ids, labels)
-    assert calls == [1, 1, 1, 1]
+    assert calls == [1, 1, 1]
+    step(input_ids, labels, document_ids=documents())
+    assert len(calls) == (3 if takes_documents(model) else 4)
 
 
 def test_a_batch_with_nothing_selected_is_an_exact_zero_with_zero_gradients() -> None:

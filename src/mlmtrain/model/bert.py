@@ -21,7 +21,7 @@ from mlmtrain.data.masking import IGNORE_INDEX
 from mlmtrain.errors import UserError
 from mlmtrain.model.families import encode, head_logits, model_family
 from mlmtrain.model.fused_head import decoder_cross_entropy, fused_head_applies
-from mlmtrain.model.last_layer import encode_selected, runs_on_rows
+from mlmtrain.model.last_layer import encode_selected, runs_on_rows, takes_documents
 
 
 def padded_vocab_size(vocab_size: int, multiple: int) -> int:
@@ -173,6 +173,7 @@ class MaskedLM(torch.nn.Module):
         self.static_rows = False
         # model.sparse_last_layer on BERT-layout layers: the last one runs on the selected rows (last_layer.py)
         self.last_layer_on_rows = sparse_last_layer and runs_on_rows(mlm)
+        self.rows_take_documents = takes_documents(mlm)  # data.document_attention within, too (transformers 5)
 
     def forward(
         self,
@@ -190,16 +191,17 @@ class MaskedLM(torch.nn.Module):
         # tests/model/test_model.py::test_unmasked_batch_reaches_sdpa_without_a_mask guards this against upgrades.
         if self.selected_rows_only(attention_mask, document_ids):
             # the last layer runs on the selected rows alone (last_layer.py); the head then finds them in labels
-            hidden, labels = encode_selected(self.mlm, input_ids, labels, self.attention())
+            hidden, labels = encode_selected(self.mlm, input_ids, labels, self.attention(), document_ids)
             return self.head_loss(hidden, labels)
         hidden = encode(self.mlm, input_ids, attention_mask, document_ids)
         return self.head_loss(hidden, labels, selected_positions)
 
     def selected_rows_only(self, attention_mask: torch.Tensor | None, document_ids: torch.Tensor | None) -> bool:
-        """Whether the last layer runs on the selected rows alone: BERT-layout layers, the sparse head, no attention
-        mask of any kind (packed blocks), and rows found on the host (the CPU; static_rows keeps CUDA free of syncs)."""
-        unmasked = attention_mask is None and document_ids is None
-        return self.sparse_head and self.last_layer_on_rows and unmasked and not self.static_rows
+        """Whether the last layer runs on the selected rows alone: BERT-layout layers, the sparse head, packed blocks
+        (no padding mask; documents where the layers take their mask, `takes_documents`), and rows found on the host
+        (the CPU; static_rows keeps CUDA free of syncs)."""
+        packed = attention_mask is None and (document_ids is None or self.rows_take_documents)
+        return self.sparse_head and self.last_layer_on_rows and packed and not self.static_rows
 
     def attention(self) -> Any:
         """The attention function the model's layers run (TRAINING_ATTENTION's once `use_training_attention`)."""

@@ -72,12 +72,16 @@ def _deberta_head(mlm: Any) -> Head:
     return transform, mlm.deberta.embeddings.word_embeddings.weight, head.bias
 
 
+def prepared_masks(mlm: Any) -> bool:
+    """Whether the model builds its attention masks with transformers' masking utilities (5.x), which pass a prepared
+    4-D mask to its layers as it is; 4.x's BERT extends a mask itself (get_extended_attention_mask, no 4-D)."""
+    return hasattr(sys.modules[type(mlm).__module__], "create_bidirectional_mask")
+
+
 def _one_mask(mlm: Any, same: torch.Tensor) -> torch.Tensor:
     """One bool mask for every layer, True where a query may attend (`same` [B,T,T]: same document): [B,1,T,T] where
-    the model builds its masks with transformers' masking utilities (5.x), which take a prepared 4-D mask as it is;
-    [B,T,T] where it extends them itself (4.x's get_extended_attention_mask, which refuses 4-D)."""
-    prepared = hasattr(sys.modules[type(mlm).__module__], "create_bidirectional_mask")
-    return same[:, None] if prepared else same
+    the model takes prepared masks (`prepared_masks`), [B,T,T] where it extends them itself."""
+    return same[:, None] if prepared_masks(mlm) else same
 
 
 def _layer_type_masks(mlm: Any, same: torch.Tensor) -> dict[str, torch.Tensor]:
