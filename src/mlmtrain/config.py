@@ -146,10 +146,11 @@ class DataConfig:
     packing: bool = _trains(
         True, "concatenate documents into full blocks (no padding); false: one document per block, padded"
     )
-    document_attention: Literal["packed", "within"] = _trains(
+    document_attention: Literal["packed", "within", "auto"] = _trains(
         "packed",
         "packed: every token of a packed block attends to the whole block; within: only to its own document, whose "
-        "positions start at 0 (BERT and RoBERTa, train.objective mlm, data.packing true)",
+        "positions start at 0 (BERT, RoBERTa and ModernBERT, train.objective mlm, data.packing true); auto: within "
+        "where the run can, else packed",
     )
     store: Union[str, None] = _quiet(None, "token store folder written by `tokenize`; null: <run_dir>/tokens")
     use_store: bool = _trains(

@@ -194,6 +194,8 @@ def test_a_model_trained_within_documents_is_scored_within_them_unless_the_confi
     assert scored["perplexity"] == expected.perplexity != packed["perplexity"]
     stated = eval_json(capsys, within, data=str(text), overrides=["data.document_attention=packed"])
     assert stated["perplexity"] == packed["perplexity"]
+    auto = eval_json(capsys, within, data=str(text), overrides=["data.document_attention=auto"])
+    assert auto["perplexity"] == scored["perplexity"]  # auto: as the model trained
     pseudo = {"pseudo": True, "max_tokens": 40}
     assert (
         eval_json(capsys, within, data=str(text), **pseudo)["perplexity"]

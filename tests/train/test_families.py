@@ -373,6 +373,36 @@ BAD_BASES = {
 }
 
 
+# data.document_attention auto: (settings, a base family to continue or None, what it becomes); ModernBERT keeps to
+# documents under transformers 5 alone
+_MODERN_WITHIN = "within" if int(__import__("transformers").__version__.split(".")[0]) >= 5 else "packed"
+AUTO_ATTENTION = {
+    "bert": ({}, None, "within"),
+    "modernbert": ({"model.architecture": "modernbert"}, None, _MODERN_WITHIN),
+    "roberta-base": ({}, "roberta", "within"),
+    "electra": ({"train.objective": "electra"}, None, "packed"),
+    "sentence-pairs": ({"train.objective": "mlm+sop"}, None, "packed"),
+    "unpacked": ({"data.packing": False}, None, "packed"),
+    **{f"{family}-base": ({}, family, "packed") for family in NOT_WITHIN_DOCUMENTS},
+}
+
+
+@pytest.mark.oldpins
+@pytest.mark.parametrize("case", sorted(AUTO_ATTENTION))
+def test_attention_auto_keeps_to_documents_where_the_run_can_and_packs_elsewhere(case: str, tmp_path: Path) -> None:
+    """auto never refuses: it is within where the objective, the model and the data can, else packed, and the
+    resolved config (what pretrain saves and eval-perplexity reads) says which."""
+    from mlmtrain.train.init_from import resolve_init_from
+
+    settings, base, expected = AUTO_ATTENTION[case]
+    if base is not None:
+        settings = {**settings, "model.init_from": str(write_family_base(tmp_path / base, base))}
+    cfg = load_config(None, {"data.document_attention": "auto", "data.seq_len": 32, **settings})
+    resolve_init_from(cfg, check_weights=False)
+    assert cfg.data.document_attention == expected
+    assert f"document_attention: {expected}" in cfg.to_yaml()
+
+
 @pytest.mark.parametrize("case", sorted(BAD_BASES))
 def test_what_a_family_cannot_do_is_refused_in_one_line(
     case: str, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from transformers import BertForMaskedLM
 
 from mlmtrain.data.blocks import StoreBlocks, evaluation_blocks
@@ -256,6 +257,16 @@ def test_a_step_with_finite_loss_but_non_finite_gradients_is_skipped(tiny_config
     assert (setup.state.step, reading.nonfinite_in_row, reading.nonfinite_total) == (2, 0, 1)
     assert all(torch.isfinite(p).all() for p in setup.mlm.parameters())
     assert not torch.equal(weight, before["bert.encoder.layer.0.attention.self.query.weight"])
+
+
+def test_attention_auto_trains_within_documents_and_saves_it_so(tiny_config, capsys) -> None:
+    """data.document_attention auto on a BERT trained with MLM: within documents, said at the start, and saved so in
+    the run's config, which the checkpoint's evaluation reads."""
+    cfg = tiny_config(**{"data.document_attention": "auto", "train.max_steps": 2, "train.eval_every": 0})
+    final = pretrain(cfg)
+    assert "attention: each token attends to its own document" in capsys.readouterr().err
+    for saved in (Path(cfg.train.run_dir) / "mlmtrain.yaml", final / "mlmtrain.yaml"):
+        assert yaml.safe_load(saved.read_text())["data"]["document_attention"] == "within", saved
 
 
 def test_a_run_attending_within_documents_evaluates_as_it_trains(tiny_config) -> None:

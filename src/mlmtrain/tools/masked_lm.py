@@ -58,8 +58,9 @@ def _checkpoint_seq_len(saved: Optional[Path]) -> Optional[int]:
 
 def _within_documents(cfg: Any, saved: Optional[Path]) -> bool:
     """Whether tokens attend within their own documents: as data.document_attention of the config (or --set) says
-    when it states it, else as the model trained (its saved mlmtrain.yaml), else not (packed)."""
-    if "data.document_attention" in cfg.stated:
+    when it states packed or within, else (auto, or unstated) as the model trained (its saved mlmtrain.yaml), else
+    not (packed)."""
+    if "data.document_attention" in cfg.stated and cfg.data.document_attention != "auto":
         return cfg.data.document_attention == "within"
     return _saved_data_setting(saved, "document_attention") == "within"
 

@@ -191,9 +191,14 @@ def resolve_init_from(cfg: Config, check_weights: bool = True, resumed: Optional
 
 def _check_document_attention(cfg: Config, family: Optional[Family], model: str) -> None:
     """UserError for data.document_attention within where the objective, or `model` (of `family`), cannot keep a
-    token to its own document."""
+    token to its own document; auto becomes within where all of them can, else packed (in `cfg`, as saved)."""
     from mlmtrain.train.objectives import REGISTRY, objective_class
 
+    if cfg.data.document_attention == "auto":
+        able = family is not None and family.within_documents and family.within_blocker() is None
+        able = able and cfg.data.packing and objective_class(cfg).within_documents
+        cfg.data.document_attention = "within" if able else "packed"
+        return
     if cfg.data.document_attention != "within":
         return
     if not objective_class(cfg).within_documents:

@@ -209,6 +209,8 @@ def _announce(setup: TrainingSetup, run_dir: Path, resume_from: Optional[Path], 
         say(setup.compiled.line())
     if note := setup.objective.start_note():
         say(note)
+    if cfg.data.document_attention == "within":
+        say("attention: each token attends to its own document of a block, from position 0 (data.document_attention)")
     if setup.saved and setup.saved.get("world_size", 1) != ctx.world_size:
         say(
             f"note: the checkpoint was written by {setup.saved.get('world_size', 1)} process(es); the data order "
