@@ -64,6 +64,7 @@ FAST_RECIPE = {
     "masking.mlm_probability": 0.4,
     "masking.fixed_count": True,
     "optim.schedule": "one-cycle",
+    "data.document_attention": "auto",  # within each document where the run can (NeoBERT; log of 2026-12-06)
 }
 
 
@@ -80,6 +81,7 @@ CLASSIC_RECIPE = {
     "masking.mlm_probability": 0.15,
     "masking.fixed_count": False,
     "optim.schedule": "linear",
+    "data.document_attention": "packed",
 }
 
 
