@@ -191,13 +191,16 @@ def resolve_init_from(cfg: Config, check_weights: bool = True, resumed: Optional
 
 def _check_document_attention(cfg: Config, family: Optional[Family], model: str) -> None:
     """UserError for data.document_attention within where the objective, or `model` (of `family`), cannot keep a
-    token to its own document; auto becomes within where all of them can, else packed (in `cfg`, as saved)."""
+    token to its own document; auto becomes within unless within would be refused, else packed (in `cfg`, as saved)."""
     from mlmtrain.train.objectives import REGISTRY, objective_class
 
     if cfg.data.document_attention == "auto":
-        able = family is not None and family.within_documents and family.within_blocker() is None
-        able = able and cfg.data.packing and objective_class(cfg).within_documents
-        cfg.data.document_attention = "within" if able else "packed"
+        cfg.data.document_attention = "within"
+        try:  # the rules that refuse within (data.packing's in config.py, the objective's and the model's) decide
+            cfg.validate_within_documents()
+            _check_document_attention(cfg, family, model)
+        except UserError:
+            cfg.data.document_attention = "packed"
         return
     if cfg.data.document_attention != "within":
         return
