@@ -85,7 +85,8 @@ def _header_lines(results: dict[str, Any]) -> list[str]:
 
 
 def _rounds_lines(rounds: dict[str, Any]) -> list[str]:
-    mfu = rounds["mfu"]
+    mfu, work = rounds["mfu"], rounds.get("work", {})
+    own, share = work.get("flops_per_token", {}), work.get("share", {})
     rows = [
         [
             LABELS[name],
@@ -93,18 +94,29 @@ def _rounds_lines(rounds: dict[str, Any]) -> list[str]:
             f"{_number(rounds[name]['min'])}–{_number(rounds[name]['max'])}",
             _number(rounds[name]["peak_rss_mb"]),
             _number(rounds[name]["peak_device_mb"]),
-            _percent(mfu[name]),
+            _percent(mfu.get(name)),
+            _number(own[name] / 1e6, 1) if name in own else "–",
+            _percent(share.get(name)),
         ]
-        for name in ("ours", "hf", "bare")
+        for name in ("ours", "equal", "hf", "bare")
         if name in rounds
     ]
     lines = ["## Throughput (tokens/s, steady state)", ""]
-    lines += _table(["contestant", "median", "min–max", "peak RSS MiB", "peak device MiB", "MFU"], rows)
+    header = ["contestant", "median", "min–max", "peak RSS MiB", "peak device MiB", "MFU"]
+    lines += _table(header + ["own MFLOPs a token", "share of the limit, own FLOPs"], rows)
     lines += ["", f"MFU = {mfu['formula']}; flops_per_token = {mfu['flops_per_token']:.4g}"]
+    if own:
+        lines += [
+            "",
+            "own FLOPs a token: what each contestant's step runs (ours: the sparse head and, on the CPU, the last "
+            "layer on the selected rows; the HF recipe: the head on every position); its share of the limit is its "
+            "FLOP/s over the limit of its precision",
+        ]
     if "cpu_limit" in mfu:
         lines += ["", cpu_limit_line(mfu["cpu_limit"])]
-    summary = summary_line(rounds)
-    return lines + (["", summary] if summary else []) + [""]
+    for line in (summary_line(rounds), work_line(rounds)):
+        lines += ["", line] if line else []
+    return lines + [""]
 
 
 def cpu_limit_line(limit: dict[str, Any]) -> str:
@@ -119,16 +131,45 @@ def cpu_limit_line(limit: dict[str, Any]) -> str:
 
 
 def summary_line(rounds: dict[str, Any]) -> str:
-    """The targets' figures in one line: ours / HF recipe tokens/s with each side's MFU beside it, ours / bare step."""
+    """The targets' figures in one line: ours / HF recipe tokens/s as ours trains and at the HF recipe's masking rate,
+    with each side's MFU beside it, ours / bare step."""
     mfu, parts = rounds["mfu"], []
     if "ratio" in rounds:
+        rate = f", {_rate(rounds['ours_masking'])} masked" if "ours_masking" in rounds else ""
         parts.append(
-            f"ours / HF recipe {rounds['ratio']:.2f}x tokens/s (MFU ours {_percent(mfu['ours'])}, "
+            f"ours / HF recipe {rounds['ratio']:.2f}x tokens/s{rate} (MFU ours {_percent(mfu['ours'])}, "
             f"HF recipe {_percent(mfu['hf'])})"
         )
+        if "equal" in rounds:
+            parts.append(f"{rounds['equal_ratio']:.2f}x at the HF recipe's {_rate(rounds['hf_masking'])} masked")
     if "ours_over_limit" in rounds:
         parts.append(f"ours / bare step {100 * rounds['ours_over_limit']:.1f} %")
     return "; ".join(parts)
+
+
+def work_line(rounds: dict[str, Any]) -> str:
+    """Where each ratio comes from: ours' less work a token (own FLOPs) times its more FLOP/s."""
+    work = rounds.get("work", {})
+    parts = []
+    for name, label in (("ours", "as ours trains"), ("equal", "at the HF recipe's masking rate")):
+        if f"{name}_less_work" not in work:
+            continue
+        share = work["share"]
+        shares = (
+            f" ({_percent(share[name])} and {_percent(share['hf'])} of the limit)"
+            if share.get(name) is not None and share.get("hf") is not None
+            else ""
+        )
+        parts.append(
+            f"{label}, {work['flops_per_token'][name] / 1e6:.1f} against {work['flops_per_token']['hf'] / 1e6:.1f} "
+            f"MFLOPs a token: {work[f'{name}_less_work']:.2f}x less work at "
+            f"{work[f'{name}_more_flops_per_s']:.2f}x the FLOP/s{shares}"
+        )
+    return ("Where the ratio comes from, ours against the HF recipe: " + "; ".join(parts)) if parts else ""
+
+
+def _rate(share: float) -> str:
+    return f"{100 * share:g} %"
 
 
 def _recipe_lines(recipe: dict[str, Any]) -> list[str]:

@@ -41,6 +41,7 @@ DEFAULT_SECTIONS = SECTIONS[
 
 LABELS = {
     "ours": "mlmtrain pretrain",
+    "equal": "mlmtrain pretrain at the HF recipe's masking rate",
     "base": "the base encoder (not adapted)",
     "extend": "mlmtrain pretrain, tokenizer.extend_vocab",
     "hf": "HF Trainer recipe",
@@ -74,6 +75,9 @@ FAST_RECIPE = {
 # samples and stayed at the base rate for the whole budget (docs/benchmarks/log.md).
 # --electra-set KEY=VALUE changes it for a run (e.g. masking.mlm_probability=0.4, electra.generator_size=0.5).
 ELECTRA_RECIPE = {"masking.mlm_probability": 0.15}
+
+
+HF_MLM_PROBABILITY = 0.15  # what run_mlm.py hands DataCollatorForLanguageModeling
 
 
 # The classic BERT recipe it is judged against: dropout 0.1, 15 % of the tokens masked, linear decay.
@@ -132,6 +136,11 @@ class Setup:
             "checkpoint.keep_last": 1,
         }
         values.update(extra or {})
+        return self.overrides_of(values)
+
+    @staticmethod
+    def overrides_of(values: dict[str, Any]) -> list[str]:
+        """KEY=VALUE --set options, in order."""
         return [f"{key}={_yaml_scalar(value)}" for key, value in values.items()]
 
     def hf(self, run_dir: Path, extra: Optional[dict] = None) -> list[str]:

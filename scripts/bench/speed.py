@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
+import transformers
 
 from bench.contestants import run_ours, run_worker
 from bench.cpu_limit import best_limit, cpu_mfu, limit_dtype, measure_cpu_limit, model_products
-from bench.setup import LABELS, Setup
+from bench.setup import HF_MLM_PROBABILITY, LABELS, Setup
 from bench.stats import same_step, spread, steady_tokens_per_s
 from mlmtrain.config import load_config
 from mlmtrain.data.tokenizer import load_tokenizer
@@ -24,23 +25,41 @@ GROWTH = {"seq_lens": (128, 256, 512), "seq_size": "mini", "sizes": ("tiny", "mi
 QUICK_GROWTH = {"seq_lens": (32, 64), "seq_size": "tiny", "sizes": ("tiny", "mini"), "size_seq": 32}
 
 
-def _contestants(sections: set[str]) -> list[str]:
-    """Who runs in the timed rounds: ours whenever there is a ratio to make, the peer and the limit on request."""
+def _contestants(sections: set[str], cfg: Any) -> list[str]:
+    """Who runs in the timed rounds: ours whenever there is a ratio to make, the peer and the limit on request, and
+    with the peer, ours at the peer's masking rate where ours trains at another (the same objective's ratio)."""
     names = ["ours"]
     if "throughput" in sections:
         names.append("hf")
+        if not _masks_as_hf(cfg.masking):
+            names.append("equal")
     if "limit" in sections:
         names.append("bare")
     return names
+
+
+def _masks_as_hf(masking: Any) -> bool:
+    """Whether ours selects the HF recipe's share of the tokens at every step (its rate, no rate schedule)."""
+    return masking.schedule == "constant" and abs(masking.mlm_probability - HF_MLM_PROBABILITY) < 1e-9
+
+
+# ours at the HF recipe's masking rate: only the rate changes, the rest of ours' recipe stays as configured
+EQUAL_MASKING = {
+    "masking.mlm_probability": HF_MLM_PROBABILITY,
+    "masking.schedule": "constant",
+    "masking.mlm_probability_end": None,
+}
 
 
 def _throughput_run(setup: Setup, name: str, round_number: int) -> dict[str, Any]:
     """One timed run of one contestant: eval off, a step's metrics every step, a checkpoint only at the end."""
     a = setup.args
     run_dir = setup.run_dir(f"throughput-{name}-r{round_number}")
+    timed = {"train.max_steps": a.steps, "train.log_every": 1, "train.eval_every": 0}
     if name == "ours":
-        overrides = setup.ours(run_dir, extra={"train.max_steps": a.steps, "train.log_every": 1, "train.eval_every": 0})
-        return run_ours(setup, run_dir, overrides)
+        return run_ours(setup, run_dir, setup.ours(run_dir, extra=timed))
+    if name == "equal":  # after ours' --set options, so that the rate is the HF recipe's whatever they say
+        return run_ours(setup, run_dir, setup.ours(run_dir, extra=timed) + setup.overrides_of(EQUAL_MASKING))
     spec = {"config": str(setup.config_path()), "steps": a.steps, "warmup_steps": a.warmup_steps}
     if name == "hf":
         spec.update(mode="throughput", train_text=str(setup.train_text), hf_cache=str(setup.work_dir / "hf-datasets"))
@@ -51,9 +70,9 @@ def _throughput_run(setup: Setup, name: str, round_number: int) -> dict[str, Any
 def measure_rounds(setup: Setup, sections: set[str]) -> dict[str, Any]:
     """Sections 1 and 2: the contestants interleaved round after round, who goes first rotating each round."""
     a = setup.args
-    names = _contestants(sections)
-    runs: dict[str, list[dict]] = {name: [] for name in names}
     cfg, vocab_size, flops = _flop_count(setup)
+    names = _contestants(sections, cfg)
+    runs: dict[str, list[dict]] = {name: [] for name in names}
     products = model_products(cfg.model, vocab_size, a.batch * cfg.data.seq_len, cfg.masking.mlm_probability)
     limits = []  # on a CPU its limit, measured after every round: the best one counts, as a quiet moment allowed
     for round_number in range(1, a.rounds + 1):
@@ -74,9 +93,15 @@ def measure_rounds(setup: Setup, sections: set[str]) -> dict[str, Any]:
     out["ours"]["command"] = runs["ours"][0]["command"]
     if "hf" in out:
         out["ratio"] = out["ours"]["median"] / out["hf"]["median"]
+        # the same objective's ratio: ours at the HF recipe's masking rate (ours itself where it trains at it)
+        out["equal_ratio"] = out["equal" if "equal" in out else "ours"]["median"] / out["hf"]["median"]
+        out["ours_masking"] = cfg.masking.mlm_probability
+        out["hf_masking"] = HF_MLM_PROBABILITY
     if "bare" in out:
         out["ours_over_limit"] = out["ours"]["median"] / out["bare"]["median"]
-    out["mfu"] = model_flops_utilisation(setup, out, flops, best_limit(limits) if limits else None)
+    limit = best_limit(limits) if limits else None
+    out["mfu"] = model_flops_utilisation(setup, out, flops, limit)
+    out["work"] = work_and_efficiency(setup, cfg, vocab_size, out, limit)
     return out
 
 
@@ -92,6 +117,55 @@ def _flop_count(setup: Setup) -> tuple[Any, int, float]:
     vocab_size = len(load_tokenizer(cfg.tokenizer_dir))
     flops = flops_per_token(cfg.model, vocab_size, cfg.data.seq_len, cfg.masking.mlm_probability, sparse_head=True)
     return cfg, vocab_size, flops
+
+
+def own_flops(setup: Setup, cfg: Any, vocab_size: int) -> dict[str, float]:
+    """Training FLOPs a token each contestant's step runs: ours and the bare step with the sparse head and, where
+    the loop runs it so (the CPU), the last layer on the selected rows, at ours' rate; ours at the HF recipe's rate
+    the same way; the HF recipe's BertForMaskedLM with its head on every position."""
+    m, seq_len = cfg.model, cfg.data.seq_len
+    rows = setup.device == "cpu" and m.sparse_last_layer and m.architecture == "bert"  # last_layer.py
+    if cfg.data.document_attention != "packed":  # within documents the rows path needs transformers 5's layers
+        rows = rows and int(transformers.__version__.split(".")[0]) >= 5
+
+    def ours_at(rate: float) -> float:
+        return flops_per_token(m, vocab_size, seq_len, rate, m.sparse_head, last_layer_on_rows=rows)
+
+    rate = cfg.masking.mlm_probability
+    return {
+        "ours": ours_at(rate),
+        "bare": ours_at(rate),
+        "equal": ours_at(HF_MLM_PROBABILITY),
+        "hf": flops_per_token(m, vocab_size, seq_len, HF_MLM_PROBABILITY, sparse_head=False),
+    }
+
+
+def work_and_efficiency(
+    setup: Setup, cfg: Any, vocab_size: int, rounds: dict[str, Any], cpu_limit: Optional[dict[str, Any]]
+) -> dict[str, Any]:
+    """Where a tokens/s ratio comes from: each contestant's own FLOPs a token (`own_flops`), the FLOP/s they make of
+    its tokens/s, and that as a share of the limit of its precision (a CPU's measured limit, or --peak-tflops).
+    ours / HF tokens/s = (HF FLOPs a token / ours') x (ours' FLOP/s / HF's): less work, and more FLOP/s."""
+    flops = own_flops(setup, cfg, vocab_size)
+    out: dict[str, Any] = {"flops_per_token": {}, "flops_per_s": {}, "share": {}}
+    ours_precision = limit_dtype(resolve_precision(setup.precision, torch.device(setup.device)).name)
+    for name in ("ours", "equal", "hf", "bare"):
+        if name not in rounds:
+            continue
+        per_s = flops[name] * rounds[name]["median"]
+        out["flops_per_token"][name] = flops[name]
+        out["flops_per_s"][name] = per_s
+        if cpu_limit is not None:
+            dtype = limit_dtype(setup.hf_precision) if name == "hf" else ours_precision
+            out["share"][name] = cpu_mfu(flops[name], rounds[name]["median"], cpu_limit["gflops"][dtype])
+        elif setup.device != "cpu":
+            out["share"][name] = per_s / (setup.args.peak_tflops * 1e12)
+    if "hf" in rounds:
+        for name in ("ours", "equal"):
+            if name in rounds:
+                out[f"{name}_less_work"] = flops["hf"] / flops[name]
+                out[f"{name}_more_flops_per_s"] = out["flops_per_s"][name] / out["flops_per_s"]["hf"]
+    return out
 
 
 def model_flops_utilisation(

@@ -51,7 +51,10 @@ def verdicts(results: dict[str, Any], device_type: str) -> list[Verdict]:
     out = []
     rounds = results.get("rounds", {})
     if "ratio" in rounds:
-        out.append(Verdict("throughput: ours / HF recipe", rounds["ratio"], ">=", targets["throughput_ratio"]))
+        # judged on the same objective: ours at the HF recipe's masking rate (the rate as ours trains is a recipe
+        # choice, which the quality and tuned sections judge at equal time)
+        figure = "throughput at the HF recipe's masking rate: ours / HF recipe"
+        out.append(Verdict(figure, rounds["equal_ratio"], ">=", targets["throughput_ratio"]))
         if "mfu" in targets:
             out.append(Verdict("MFU of ours", rounds["mfu"]["ours"], ">=", targets["mfu"]))
     if "ours_over_limit" in rounds:

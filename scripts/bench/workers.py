@@ -11,6 +11,7 @@ from typing import Any, Optional
 import torch
 from transformers import TrainerCallback
 
+from bench.setup import HF_MLM_PROBABILITY
 from mlmtrain.config import Config, load_config
 from mlmtrain.data.masking import VocabInfo, evaluation_masking
 from mlmtrain.evaluate.perplexity import evaluate_blocks
@@ -20,8 +21,6 @@ from mlmtrain.runtime.distributed import init_distributed
 from mlmtrain.train.loop import eval_set
 from mlmtrain.train.precision import resolve_precision
 from mlmtrain.train.step import build_setup, train_step
-
-HF_MLM_PROBABILITY = 0.15  # what run_mlm.py hands DataCollatorForLanguageModeling
 
 
 def _sync(device: torch.device) -> None:

@@ -3,10 +3,13 @@ shapes, measured) and each contestant's model FLOPs per second as a share of it 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from bench.cpu_limit import Product, best_limit, cpu_mfu, limit_dtype, limit_flops_per_s, model_products, time_products
 from bench.report import markdown
+from bench.speed import _contestants, own_flops
 from bench.verdicts import Verdict
 
 from mlmtrain.config import ModelConfig
@@ -58,7 +61,7 @@ def test_time_products_times_each_product() -> None:
     assert seconds.keys() == {"p"} and seconds["p"] > 0
 
 
-def test_the_report_prints_the_cpu_limit_and_both_mfus_beside_the_ratio() -> None:
+def test_the_report_prints_the_cpu_limit_both_mfus_and_where_each_ratio_comes_from() -> None:
     machine = {"cpu": "Some CPU", "cpu_count": 2, "memory_gib": 24.0, "torch_threads": 2, "platform": "Linux-6"}
     settings = {"size": "mini", "seq_len": 128, "batch": 32, "precision": "fp32 (fp32)", "device": "cpu", "steps": 30}
     settings |= {"warmup_steps": 5, "rounds": 3, "vocab_size": 30522, "train_text": "train.txt", "set": []}
@@ -71,11 +74,23 @@ def test_the_report_prints_the_cpu_limit_and_both_mfus_beside_the_ratio() -> Non
     }
     rounds = {
         "ours": side,
+        "equal": dict(side, median=8000.0),
         "hf": dict(side, median=2000.0),
         "bare": dict(side, median=6100.0),
         "ratio": 3.0,
+        "equal_ratio": 4.0,
+        "ours_masking": 0.4,
+        "hf_masking": 0.15,
         "ours_over_limit": 6000 / 6100,
         "mfu": {"formula": "f", "flops_per_token": 4e7, "cpu_limit": limit, "ours": 0.48, "hf": 0.16, "bare": 0.488},
+        "work": {
+            "flops_per_token": {"ours": 3.7e7, "equal": 2.4e7, "hf": 6.8e7, "bare": 3.7e7},
+            "share": {"ours": 0.444, "equal": 0.384, "hf": 0.272, "bare": 0.4514},
+            "ours_less_work": 6.8 / 3.7,
+            "ours_more_flops_per_s": 0.444 / 0.272,
+            "equal_less_work": 6.8 / 2.4,
+            "equal_more_flops_per_s": 0.384 / 0.272,
+        },
     }
     results = {
         "created": "2026-12-03T06:00:00+0000",
@@ -89,6 +104,46 @@ def test_the_report_prints_the_cpu_limit_and_both_mfus_beside_the_ratio() -> Non
     text = markdown(results)
     assert "CPU limit: 500 GFLOP/s fp32 (1,500 bf16): the model's matrix products (decoder " in text
     assert "on 2 torch threads, best of 3 measurements (one after each round)" in text
-    assert "ours / HF recipe 3.00x tokens/s (MFU ours 48%, HF recipe 16%); ours / bare step 98.4 %" in text
+    assert (
+        "ours / HF recipe 3.00x tokens/s, 40 % masked (MFU ours 48%, HF recipe 16%); 4.00x at the HF recipe's 15 % "
+        "masked; ours / bare step 98.4 %" in text
+    )
+    assert (
+        "| mlmtrain pretrain at the HF recipe's masking rate | 8,000 | 5,900–6,100 | 1,500 | – | – | 24.0 | 38.4% |"
+        in text
+    )
+    assert (
+        "Where the ratio comes from, ours against the HF recipe: as ours trains, 37.0 against 68.0 MFLOPs a token: "
+        "1.84x less work at 1.63x the FLOP/s (44.4% and 27.2% of the limit); at the HF recipe's masking rate, 24.0 "
+        "against 68.0 MFLOPs a token: 2.83x less work at 1.41x the FLOP/s (38.4% and 27.2% of the limit)" in text
+    )
     limit["gflops"]["bf16"] = None
     assert "CPU limit: 500 GFLOP/s fp32 (no bf16 on this CPU)" in markdown(results)
+
+
+def test_ours_at_the_hf_recipes_masking_rate_runs_only_where_ours_trains_at_another() -> None:
+    def config(rate: float, schedule: str = "constant") -> SimpleNamespace:
+        return SimpleNamespace(masking=SimpleNamespace(mlm_probability=rate, schedule=schedule))
+
+    sections = {"throughput", "limit"}
+    assert _contestants(sections, config(0.4)) == ["ours", "hf", "equal", "bare"]
+    assert _contestants(sections, config(0.15)) == ["ours", "hf", "bare"]
+    assert _contestants(sections, config(0.15, "linear")) == ["ours", "hf", "equal", "bare"]  # a rate that moves
+    assert _contestants({"limit"}, config(0.4)) == ["ours", "bare"]  # no HF recipe, no ratio to make
+
+
+def test_own_flops_count_the_last_layer_on_rows_only_where_the_loop_runs_it() -> None:
+    def setup(device: str) -> SimpleNamespace:
+        return SimpleNamespace(device=device)
+
+    cfg = SimpleNamespace(
+        model=MINI,
+        masking=SimpleNamespace(mlm_probability=0.4),
+        data=SimpleNamespace(seq_len=128, document_attention="packed"),
+    )
+    cpu, gpu = own_flops(setup("cpu"), cfg, 30522), own_flops(setup("cuda"), cfg, 30522)
+    assert cpu["ours"] == flops_per_token(MINI, 30522, 128, 0.4, True, last_layer_on_rows=True)
+    assert cpu["equal"] == flops_per_token(MINI, 30522, 128, 0.15, True, last_layer_on_rows=True)
+    assert gpu["ours"] == flops_per_token(MINI, 30522, 128, 0.4, True)  # static shapes on CUDA: the whole layer
+    assert cpu["hf"] == gpu["hf"] == flops_per_token(MINI, 30522, 128, 0.15, sparse_head=False)
+    assert cpu["ours"] / 1e6 == pytest.approx(36.76, abs=0.01) and cpu["hf"] / 1e6 == pytest.approx(67.72, abs=0.01)

@@ -206,19 +206,30 @@ def test_quick_throughput_and_limit(tmp_path: Path) -> None:
     _run([sys.executable, str(SCRIPT), *common, "--sections", "throughput,limit", "--rounds", "1"])
     report = _report(out)
     rounds = report["rounds"]
-    for name in ("ours", "hf", "bare"):
+    for name in ("ours", "equal", "hf", "bare"):  # tiny masks 40 %: ours at the HF recipe's 15 % runs too
         assert len(rounds[name]["values"]) == 1
         assert rounds[name]["median"] > 0
         assert rounds[name]["peak_rss_mb"] > 0
-        assert rounds["mfu"][name] > 0
+        assert rounds["work"]["share"][name] > 0
+    assert all(rounds["mfu"][name] > 0 for name in ("ours", "hf", "bare"))
     assert rounds["ratio"] > 0 and rounds["ours_over_limit"] > 0
+    assert rounds["equal_ratio"] == rounds["equal"]["median"] / rounds["hf"]["median"]
+    assert (rounds["ours_masking"], rounds["hf_masking"]) == (0.4, 0.15)
+    work = rounds["work"]["flops_per_token"]
+    assert work["equal"] < work["ours"] < work["hf"]  # the sparse head's rows: 15 %, 40 %, every position
+    assert rounds["work"]["ours_less_work"] == pytest.approx(work["hf"] / work["ours"])
+    equal_log = (tmp_path / "work" / "runs" / "throughput-equal-r1" / "benchmark.log").read_text()
+    assert "--set masking.mlm_probability=0.15 --set masking.schedule=constant" in equal_log.splitlines()[0]
     assert rounds["mfu"]["flops_per_token"] > 0
     assert rounds["mfu"]["cpu_limit"]["gflops"]["fp32"] > 0  # measured here, not a GPU's peak
     (report_md,) = out.glob("benchmark-*.md")
-    assert "CPU limit: " in report_md.read_text() and "ours / HF recipe " in report_md.read_text()
+    text = report_md.read_text()
+    assert "CPU limit: " in text and "ours / HF recipe " in text and "at the HF recipe's 15 % masked" in text
+    assert "Where the ratio comes from, ours against the HF recipe: as ours trains, " in text
     assert "mlmtrain pretrain" in rounds["ours"]["command"]
     assert report["settings"]["size"] == "tiny" and report["settings"]["device"] == "cpu"
-    assert [v["figure"] for v in report["verdicts"]] == ["throughput: ours / HF recipe", "ours / bare-step limit"]
+    figures = [v["figure"] for v in report["verdicts"]]
+    assert figures == ["throughput at the HF recipe's masking rate: ours / HF recipe", "ours / bare-step limit"]
 
 
 @pytest.mark.slow

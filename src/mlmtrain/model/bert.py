@@ -281,7 +281,12 @@ H200_DENSE_BF16_TFLOPS = 989.0  # the default peak of the benchmarks' MFU: NVIDI
 
 
 def flops_per_token(
-    cfg: ModelConfig, vocab_size: int, seq_len: int, mlm_probability: float, sparse_head: bool
+    cfg: ModelConfig,
+    vocab_size: int,
+    seq_len: int,
+    mlm_probability: float,
+    sparse_head: bool,
+    last_layer_on_rows: bool = False,
 ) -> float:
     """Training FLOPs per input token: forward + backward = 3 x forward, 2 FLOPs per multiply-accumulate.
 
@@ -295,9 +300,17 @@ def flops_per_token(
     (Q K^T) and the weighted sum of values; H^2 + H V: the head's transform and decoder. Embedding lookups,
     LayerNorm, softmax and activations are left out (not matmuls). f is the nominal selection rate: special tokens
     are never selected, so the real share is a little lower.
+
+    `last_layer_on_rows` (the sparse head's last layer on the selected rows, last_layer.py): the FLOPs that step
+    runs, the last layer's keys and values on every token (2 H^2) and the rest of it on f of them
+    (f * (2 H^2 + 2 H I + 2 S H)). Without it the count is the whole model's, as budgets (train.max_flops) use.
     """
     hidden, vocab = cfg.hidden_size, padded_vocab_size(vocab_size, cfg.pad_vocab_multiple)
-    encoder = cfg.num_layers * (4 * hidden * hidden + 2 * hidden * cfg.intermediate_size + 2 * seq_len * hidden)
+    rest = 2 * hidden * hidden + 2 * hidden * cfg.intermediate_size + 2 * seq_len * hidden  # all but keys and values
+    layer = 2 * hidden * hidden + rest
     head_share = mlm_probability if sparse_head else 1.0
+    encoder = cfg.num_layers * layer
+    if sparse_head and last_layer_on_rows and cfg.num_layers > 0:
+        encoder -= (1 - mlm_probability) * rest
     head = head_share * (hidden * hidden + hidden * vocab)
     return 6.0 * (encoder + head)
