@@ -135,7 +135,10 @@ def summary_line(rounds: dict[str, Any]) -> str:
     with each side's MFU beside it, ours / bare step."""
     mfu, parts = rounds["mfu"], []
     if "ratio" in rounds:
-        rate = f", {_rate(rounds['ours_masking'])} masked" if "ours_masking" in rounds else ""
+        rate = ""
+        if "ours_masking" in rounds:  # with a rate schedule, its first and last
+            end = rounds.get("ours_masking_end")
+            rate = f", {_rate(rounds['ours_masking'])}{f' → {_rate(end)}' if end is not None else ''} masked"
         parts.append(
             f"ours / HF recipe {rounds['ratio']:.2f}x tokens/s{rate} (MFU ours {_percent(mfu['ours'])}, "
             f"HF recipe {_percent(mfu['hf'])})"

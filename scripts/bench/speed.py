@@ -70,7 +70,7 @@ def _throughput_run(setup: Setup, name: str, round_number: int) -> dict[str, Any
 def measure_rounds(setup: Setup, sections: set[str]) -> dict[str, Any]:
     """Sections 1 and 2: the contestants interleaved round after round, who goes first rotating each round."""
     a = setup.args
-    cfg, vocab_size, flops = _flop_count(setup)
+    cfg, hf_cfg, vocab_size, flops = _flop_count(setup)
     names = _contestants(sections, cfg)
     runs: dict[str, list[dict]] = {name: [] for name in names}
     products = model_products(cfg.model, vocab_size, a.batch * cfg.data.seq_len, cfg.masking.mlm_probability)
@@ -96,12 +96,14 @@ def measure_rounds(setup: Setup, sections: set[str]) -> dict[str, Any]:
         # the same objective's ratio: ours at the HF recipe's masking rate (ours itself where it trains at it)
         out["equal_ratio"] = out["equal" if "equal" in out else "ours"]["median"] / out["hf"]["median"]
         out["ours_masking"] = cfg.masking.mlm_probability
+        if cfg.masking.schedule != "constant":
+            out["ours_masking_end"] = cfg.masking.mlm_probability_end
         out["hf_masking"] = HF_MLM_PROBABILITY
     if "bare" in out:
         out["ours_over_limit"] = out["ours"]["median"] / out["bare"]["median"]
     limit = best_limit(limits) if limits else None
     out["mfu"] = model_flops_utilisation(setup, out, flops, limit)
-    out["work"] = work_and_efficiency(setup, cfg, vocab_size, out, limit)
+    out["work"] = work_and_efficiency(setup, own_flops(setup, cfg, hf_cfg, vocab_size), out, limit)
     return out
 
 
@@ -110,43 +112,66 @@ def _max_or_none(values: list[Optional[float]]) -> Optional[float]:
     return max(known) if known else None
 
 
-def _flop_count(setup: Setup) -> tuple[Any, int, float]:
-    """(our config, its vocabulary size, flops_per_token with the sparse head): the FLOPs every contestant's MFU
-    counts, so that the shares compare."""
+def _flop_count(setup: Setup) -> tuple[Any, Any, int, dict[str, float]]:
+    """(our config, the HF recipe's, the vocabulary size, each contestant's model FLOPs a token for its MFU): the
+    sparse head's count at ours' rate for all but ours at the HF recipe's rate (there, at that rate), so that the
+    shares compare."""
     cfg = load_config(setup.config_path(), setup.ours(setup.run_dir("flops")))
+    hf_cfg = load_config(setup.config_path(), setup.hf(setup.run_dir("flops")))  # no --set: the HF side has none
     vocab_size = len(load_tokenizer(cfg.tokenizer_dir))
-    flops = flops_per_token(cfg.model, vocab_size, cfg.data.seq_len, cfg.masking.mlm_probability, sparse_head=True)
-    return cfg, vocab_size, flops
+
+    def model_flops(rate: float) -> float:
+        return flops_per_token(cfg.model, vocab_size, cfg.data.seq_len, rate, sparse_head=True)
+
+    ours = model_flops(mean_rate(cfg.masking))
+    return cfg, hf_cfg, vocab_size, {"ours": ours, "bare": ours, "hf": ours, "equal": model_flops(HF_MLM_PROBABILITY)}
 
 
-def own_flops(setup: Setup, cfg: Any, vocab_size: int) -> dict[str, float]:
+def mean_rate(masking: Any) -> float:
+    """The share of the tokens a run selects on average: its rate, or with a linear or cosine rate schedule the
+    middle of its first and last (each averages to it over the schedule)."""
+    if masking.schedule == "constant":
+        return masking.mlm_probability
+    return (masking.mlm_probability + masking.mlm_probability_end) / 2
+
+
+def own_flops(setup: Setup, cfg: Any, hf_cfg: Any, vocab_size: int) -> dict[str, float]:
     """Training FLOPs a token each contestant's step runs: ours and the bare step with the sparse head and, where
-    the loop runs it so (the CPU), the last layer on the selected rows, at ours' rate; ours at the HF recipe's rate
-    the same way; the HF recipe's BertForMaskedLM with its head on every position."""
+    the loop runs it so, the last layer on the selected rows, at ours' (mean) rate; ours at the HF recipe's rate
+    the same way; the HF recipe's BertForMaskedLM (its own config: no --set) with its head on every position."""
     m, seq_len = cfg.model, cfg.data.seq_len
-    rows = setup.device == "cpu" and m.sparse_last_layer and m.architecture == "bert"  # last_layer.py
-    if cfg.data.document_attention != "packed":  # within documents the rows path needs transformers 5's layers
-        rows = rows and int(transformers.__version__.split(".")[0]) >= 5
 
     def ours_at(rate: float) -> float:
-        return flops_per_token(m, vocab_size, seq_len, rate, m.sparse_head, last_layer_on_rows=rows)
+        return flops_per_token(m, vocab_size, seq_len, rate, m.sparse_head, last_layer_on_rows=_rows_path(setup, cfg))
 
-    rate = cfg.masking.mlm_probability
+    hf = hf_cfg.model
     return {
-        "ours": ours_at(rate),
-        "bare": ours_at(rate),
+        "ours": ours_at(mean_rate(cfg.masking)),
+        "bare": ours_at(mean_rate(cfg.masking)),
         "equal": ours_at(HF_MLM_PROBABILITY),
-        "hf": flops_per_token(m, vocab_size, seq_len, HF_MLM_PROBABILITY, sparse_head=False),
+        "hf": flops_per_token(hf, vocab_size, hf_cfg.data.seq_len, HF_MLM_PROBABILITY, sparse_head=False),
     }
 
 
+def _rows_path(setup: Setup, cfg: Any) -> bool:
+    """Whether ours' loop runs the last layer on the selected rows (bert.py `selected_rows_only`): a BERT built
+    from the config (a base of another family may not take it), packed blocks with no padding mask, on the CPU,
+    and within documents only where the layers take a prepared mask (transformers 5)."""
+    m, data = cfg.model, cfg.data
+    rows = setup.device == "cpu" and m.sparse_head and m.sparse_last_layer and m.architecture == "bert"
+    rows = rows and m.init_from is None and data.packing
+    if data.document_attention != "packed":
+        rows = rows and int(transformers.__version__.split(".")[0]) >= 5
+    return bool(rows)
+
+
 def work_and_efficiency(
-    setup: Setup, cfg: Any, vocab_size: int, rounds: dict[str, Any], cpu_limit: Optional[dict[str, Any]]
+    setup: Setup, flops: dict[str, float], rounds: dict[str, Any], cpu_limit: Optional[dict[str, Any]]
 ) -> dict[str, Any]:
-    """Where a tokens/s ratio comes from: each contestant's own FLOPs a token (`own_flops`), the FLOP/s they make of
-    its tokens/s, and that as a share of the limit of its precision (a CPU's measured limit, or --peak-tflops).
-    ours / HF tokens/s = (HF FLOPs a token / ours') x (ours' FLOP/s / HF's): less work, and more FLOP/s."""
-    flops = own_flops(setup, cfg, vocab_size)
+    """Where a tokens/s ratio comes from: each contestant's own FLOPs a token (`flops`, from `own_flops`), the
+    FLOP/s they make of its tokens/s, and that as a share of a limit: on a CPU the measured limit of its precision,
+    on a GPU --peak-tflops whatever the precision. ours / HF tokens/s = (HF FLOPs a token / ours') x (ours' FLOP/s /
+    HF's): less work, and more FLOP/s."""
     out: dict[str, Any] = {"flops_per_token": {}, "flops_per_s": {}, "share": {}}
     ours_precision = limit_dtype(resolve_precision(setup.precision, torch.device(setup.device)).name)
     for name in ("ours", "equal", "hf", "bare"):
@@ -169,26 +194,25 @@ def work_and_efficiency(
 
 
 def model_flops_utilisation(
-    setup: Setup, rounds: dict[str, Any], flops: float, cpu_limit: Optional[dict[str, Any]]
+    setup: Setup, rounds: dict[str, Any], model_flops: dict[str, float], cpu_limit: Optional[dict[str, Any]]
 ) -> dict[str, Any]:
     """MFU = flops_per_token(sparse head) x tokens/s / peak FLOP/s, for every contestant measured: on a GPU against
     --peak-tflops, on a CPU against `cpu_limit`, the limit measured between the rounds (a GEMM of the model's
-    shapes; a contestant in bf16 against the bf16 limit)."""
-    out: dict[str, Any] = {"flops_per_token": flops}
+    shapes; a contestant in bf16 against the bf16 limit). `model_flops`: each contestant's count (`_flop_count`)."""
+    out: dict[str, Any] = {"flops_per_token": model_flops["ours"]}
+    names = [name for name in ("ours", "equal", "hf", "bare") if name in rounds]
     if cpu_limit is None:
         peak = setup.args.peak_tflops
         out |= {"formula": f"flops_per_token(sparse head) x tokens/s / ({peak:g} TFLOP/s)", "peak_tflops": peak}
-        for name in ("ours", "hf", "bare"):
-            if name in rounds:
-                out[name] = flops * rounds[name]["median"] / (peak * 1e12)
+        for name in names:
+            out[name] = model_flops[name] * rounds[name]["median"] / (peak * 1e12)
         return out
     ours = limit_dtype(resolve_precision(setup.precision, torch.device("cpu")).name)
-    dtypes = {"ours": ours, "bare": ours, "hf": limit_dtype(setup.hf_precision)}
+    dtypes = {"ours": ours, "equal": ours, "bare": ours, "hf": limit_dtype(setup.hf_precision)}
     out |= {"formula": "flops_per_token(sparse head) x tokens/s / CPU limit", "cpu_limit": cpu_limit, "limit_of": {}}
-    for name in ("ours", "hf", "bare"):
-        if name in rounds:
-            out["limit_of"][name] = dtypes[name]
-            out[name] = cpu_mfu(flops, rounds[name]["median"], cpu_limit["gflops"][dtypes[name]])
+    for name in names:
+        out["limit_of"][name] = dtypes[name]
+        out[name] = cpu_mfu(model_flops[name], rounds[name]["median"], cpu_limit["gflops"][dtypes[name]])
     return out
 
 
