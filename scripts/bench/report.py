@@ -108,9 +108,9 @@ def _rounds_lines(rounds: dict[str, Any]) -> list[str]:
     if own:
         lines += [
             "",
-            "own FLOPs a token: what each contestant's step runs (ours: the sparse head and, on the CPU, the last "
-            "layer on the selected rows; the HF recipe: the head on every position); its share of the limit is its "
-            "FLOP/s over the limit of its precision",
+            "own FLOPs a token: what each contestant's step runs (ours: the sparse head and, where its loop takes "
+            "that path (the CPU, packed blocks), the last layer on the selected rows; the HF recipe: the head on every "
+            "position); its share of the limit is its FLOP/s over the limit of its precision",
         ]
     if "cpu_limit" in mfu:
         lines += ["", cpu_limit_line(mfu["cpu_limit"])]

@@ -6,16 +6,17 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
-import transformers
 
 from bench.contestants import run_ours, run_worker
 from bench.cpu_limit import best_limit, cpu_mfu, limit_dtype, measure_cpu_limit, model_products
 from bench.setup import HF_MLM_PROBABILITY, LABELS, Setup
 from bench.stats import same_step, spread, steady_tokens_per_s
 from mlmtrain.config import load_config
+from mlmtrain.data.masking import VocabInfo, mean_rate
 from mlmtrain.data.tokenizer import load_tokenizer
 from mlmtrain.model.bert import flops_per_token
 from mlmtrain.runtime.progress import say
+from mlmtrain.train.objectives import objective_of
 from mlmtrain.train.precision import cpu_bf16_support, cpu_vendor, resolve_precision
 
 # Growth: seq_len varies at one size, size varies at one seq_len.
@@ -70,7 +71,8 @@ def _throughput_run(setup: Setup, name: str, round_number: int) -> dict[str, Any
 def measure_rounds(setup: Setup, sections: set[str]) -> dict[str, Any]:
     """Sections 1 and 2: the contestants interleaved round after round, who goes first rotating each round."""
     a = setup.args
-    cfg, hf_cfg, vocab_size, flops = _flop_count(setup)
+    cfg, hf_cfg, vocab, flops = _flop_count(setup)
+    vocab_size = vocab.vocab_size
     names = _contestants(sections, cfg)
     runs: dict[str, list[dict]] = {name: [] for name in names}
     products = model_products(cfg.model, vocab_size, a.batch * cfg.data.seq_len, cfg.masking.mlm_probability)
@@ -103,7 +105,8 @@ def measure_rounds(setup: Setup, sections: set[str]) -> dict[str, Any]:
         out["ours_over_limit"] = out["ours"]["median"] / out["bare"]["median"]
     limit = best_limit(limits) if limits else None
     out["mfu"] = model_flops_utilisation(setup, out, flops, limit)
-    out["work"] = work_and_efficiency(setup, own_flops(setup, cfg, hf_cfg, vocab_size), out, limit)
+    rows = _rows_path(setup, cfg, vocab)
+    out["work"] = work_and_efficiency(setup, own_flops(cfg, hf_cfg, vocab_size, rows), out, limit)
     return out
 
 
@@ -112,37 +115,29 @@ def _max_or_none(values: list[Optional[float]]) -> Optional[float]:
     return max(known) if known else None
 
 
-def _flop_count(setup: Setup) -> tuple[Any, Any, int, dict[str, float]]:
-    """(our config, the HF recipe's, the vocabulary size, each contestant's model FLOPs a token for its MFU): the
+def _flop_count(setup: Setup) -> tuple[Any, Any, VocabInfo, dict[str, float]]:
+    """(our config, the HF recipe's, the tokenizer's vocabulary, each contestant's model FLOPs a token for its MFU): the
     sparse head's count at ours' rate for all but ours at the HF recipe's rate (there, at that rate), so that the
     shares compare."""
     cfg = load_config(setup.config_path(), setup.ours(setup.run_dir("flops")))
     hf_cfg = load_config(setup.config_path(), setup.hf(setup.run_dir("flops")))  # no --set: the HF side has none
-    vocab_size = len(load_tokenizer(cfg.tokenizer_dir))
+    vocab = VocabInfo.from_tokenizer(load_tokenizer(cfg.tokenizer_dir))
 
     def model_flops(rate: float) -> float:
-        return flops_per_token(cfg.model, vocab_size, cfg.data.seq_len, rate, sparse_head=True)
+        return flops_per_token(cfg.model, vocab.vocab_size, cfg.data.seq_len, rate, sparse_head=True)
 
     ours = model_flops(mean_rate(cfg.masking))
-    return cfg, hf_cfg, vocab_size, {"ours": ours, "bare": ours, "hf": ours, "equal": model_flops(HF_MLM_PROBABILITY)}
+    return cfg, hf_cfg, vocab, {"ours": ours, "bare": ours, "hf": ours, "equal": model_flops(HF_MLM_PROBABILITY)}
 
 
-def mean_rate(masking: Any) -> float:
-    """The share of the tokens a run selects on average: its rate, or with a linear or cosine rate schedule the
-    middle of its first and last (each averages to it over the schedule)."""
-    if masking.schedule == "constant":
-        return masking.mlm_probability
-    return (masking.mlm_probability + masking.mlm_probability_end) / 2
-
-
-def own_flops(setup: Setup, cfg: Any, hf_cfg: Any, vocab_size: int) -> dict[str, float]:
-    """Training FLOPs a token each contestant's step runs: ours and the bare step with the sparse head and, where
-    the loop runs it so, the last layer on the selected rows, at ours' (mean) rate; ours at the HF recipe's rate
-    the same way; the HF recipe's BertForMaskedLM (its own config: no --set) with its head on every position."""
+def own_flops(cfg: Any, hf_cfg: Any, vocab_size: int, rows: bool) -> dict[str, float]:
+    """Training FLOPs a token each contestant's step runs: ours and the bare step with the sparse head and, with
+    `rows` (`_rows_path`), the last layer on the selected rows, at ours' mean rate; ours at the HF recipe's rate the
+    same way; the HF recipe's BertForMaskedLM (its own config: no --set) with its head on every position."""
     m, seq_len = cfg.model, cfg.data.seq_len
 
     def ours_at(rate: float) -> float:
-        return flops_per_token(m, vocab_size, seq_len, rate, m.sparse_head, last_layer_on_rows=_rows_path(setup, cfg))
+        return flops_per_token(m, vocab_size, seq_len, rate, m.sparse_head, last_layer_on_rows=rows)
 
     hf = hf_cfg.model
     return {
@@ -153,16 +148,16 @@ def own_flops(setup: Setup, cfg: Any, hf_cfg: Any, vocab_size: int) -> dict[str,
     }
 
 
-def _rows_path(setup: Setup, cfg: Any) -> bool:
-    """Whether ours' loop runs the last layer on the selected rows (bert.py `selected_rows_only`): a BERT built
-    from the config (a base of another family may not take it), packed blocks with no padding mask, on the CPU,
-    and within documents only where the layers take a prepared mask (transformers 5)."""
-    m, data = cfg.model, cfg.data
-    rows = setup.device == "cpu" and m.sparse_head and m.sparse_last_layer and m.architecture == "bert"
-    rows = rows and m.init_from is None and data.packing
-    if data.document_attention != "packed":
-        rows = rows and int(transformers.__version__.split(".")[0]) >= 5
-    return bool(rows)
+def _rows_path(setup: Setup, cfg: Any, vocab: VocabInfo) -> bool:
+    """Whether ours' loop runs the last layer on the selected rows (bert.py `selected_rows_only`), asked of the step
+    module `pretrain` builds (its model family's own rules; a base's family with model.init_from), with what the run
+    adds: packed blocks (no padding mask), documents only where the layers take them, and the CPU (CUDA keeps static
+    shapes)."""
+    objective = objective_of(cfg, vocab)
+    module = objective.step_module(objective.build())
+    if not (setup.device == "cpu" and cfg.data.packing and getattr(module, "last_layer_on_rows", False)):
+        return False
+    return module.sparse_head and (cfg.data.document_attention == "packed" or module.rows_take_documents)
 
 
 def work_and_efficiency(
@@ -172,19 +167,13 @@ def work_and_efficiency(
     FLOP/s they make of its tokens/s, and that as a share of a limit: on a CPU the measured limit of its precision,
     on a GPU --peak-tflops whatever the precision. ours / HF tokens/s = (HF FLOPs a token / ours') x (ours' FLOP/s /
     HF's): less work, and more FLOP/s."""
-    out: dict[str, Any] = {"flops_per_token": {}, "flops_per_s": {}, "share": {}}
-    ours_precision = limit_dtype(resolve_precision(setup.precision, torch.device(setup.device)).name)
-    for name in ("ours", "equal", "hf", "bare"):
-        if name not in rounds:
-            continue
-        per_s = flops[name] * rounds[name]["median"]
-        out["flops_per_token"][name] = flops[name]
-        out["flops_per_s"][name] = per_s
-        if cpu_limit is not None:
-            dtype = limit_dtype(setup.hf_precision) if name == "hf" else ours_precision
-            out["share"][name] = cpu_mfu(flops[name], rounds[name]["median"], cpu_limit["gflops"][dtype])
-        elif setup.device != "cpu":
-            out["share"][name] = per_s / (setup.args.peak_tflops * 1e12)
+    names = [name for name in ("ours", "equal", "hf", "bare") if name in rounds]
+    shares = model_flops_utilisation(setup, rounds, flops, cpu_limit)  # the same shares, of the own FLOPs
+    out: dict[str, Any] = {
+        "flops_per_token": {name: flops[name] for name in names},
+        "flops_per_s": {name: flops[name] * rounds[name]["median"] for name in names},
+        "share": {name: shares[name] for name in names},
+    }
     if "hf" in rounds:
         for name in ("ours", "equal"):
             if name in rounds:

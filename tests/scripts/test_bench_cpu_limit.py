@@ -10,10 +10,12 @@ import pytest
 import torch
 from bench.cpu_limit import Product, best_limit, cpu_mfu, limit_dtype, limit_flops_per_s, model_products, time_products
 from bench.report import markdown
-from bench.speed import _contestants, own_flops, work_and_efficiency
+from bench.speed import _contestants, _rows_path, own_flops, work_and_efficiency
 from bench.verdicts import Verdict
 
 from mlmtrain.config import ModelConfig
+from mlmtrain.data.masking import VocabInfo
+from mlmtrain.data.tokenizer import load_tokenizer
 from mlmtrain.model.bert import flops_per_token
 
 MINI = ModelConfig(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024)
@@ -139,26 +141,36 @@ def _config(rate: float = 0.4, schedule: str = "constant", end=None, **data) -> 
     return SimpleNamespace(model=MINI, masking=masking, data=data)
 
 
-def test_own_flops_count_the_last_layer_on_rows_only_where_the_loop_runs_it() -> None:
-    cpu, gpu = SimpleNamespace(device="cpu"), SimpleNamespace(device="cuda")
+def test_own_flops_count_the_last_layer_on_rows_where_the_loop_runs_it() -> None:
     cfg = _config()
-    on_cpu, on_gpu = own_flops(cpu, cfg, cfg, 30522), own_flops(gpu, cfg, cfg, 30522)
-    assert on_cpu["ours"] == flops_per_token(MINI, 30522, 128, 0.4, True, last_layer_on_rows=True)
-    assert on_cpu["equal"] == flops_per_token(MINI, 30522, 128, 0.15, True, last_layer_on_rows=True)
-    assert on_gpu["ours"] == flops_per_token(MINI, 30522, 128, 0.4, True)  # static shapes on CUDA: the whole layer
-    assert on_cpu["hf"] == on_gpu["hf"] == flops_per_token(MINI, 30522, 128, 0.15, sparse_head=False)
-    assert on_cpu["ours"] / 1e6 == pytest.approx(36.76, abs=0.01) and on_cpu["hf"] / 1e6 == pytest.approx(
-        67.72, abs=0.01
-    )
-    # padded blocks (no packing) and a base of another family run the whole last layer
-    assert own_flops(cpu, _config(packing=False), cfg, 30522)["ours"] == on_gpu["ours"]
-    based = SimpleNamespace(model=replace(MINI, init_from="some/base"), masking=cfg.masking, data=cfg.data)
-    assert own_flops(cpu, based, cfg, 30522)["ours"] == on_gpu["ours"]
+    rows, whole = own_flops(cfg, cfg, 30522, rows=True), own_flops(cfg, cfg, 30522, rows=False)
+    assert rows["ours"] == rows["bare"] == flops_per_token(MINI, 30522, 128, 0.4, True, last_layer_on_rows=True)
+    assert rows["equal"] == flops_per_token(MINI, 30522, 128, 0.15, True, last_layer_on_rows=True)
+    assert whole["ours"] == flops_per_token(MINI, 30522, 128, 0.4, True)
+    assert rows["hf"] == whole["hf"] == flops_per_token(MINI, 30522, 128, 0.15, sparse_head=False)
+    assert rows["ours"] / 1e6 == pytest.approx(36.76, abs=0.01) and rows["hf"] / 1e6 == pytest.approx(67.72, abs=0.01)
     # a rate schedule counts its mean rate; the HF side counts its own config (no --set), here a padded vocabulary
-    scheduled = own_flops(cpu, _config(0.4, "linear", 0.2), cfg, 30522)["ours"]
+    scheduled = own_flops(_config(0.4, "linear", 0.2), cfg, 30522, rows=True)["ours"]
     assert scheduled == pytest.approx(flops_per_token(MINI, 30522, 128, 0.3, True, last_layer_on_rows=True))
     padded = SimpleNamespace(model=replace(MINI, pad_vocab_multiple=64), masking=cfg.masking, data=cfg.data)
-    assert own_flops(cpu, padded, cfg, 30522)["hf"] == on_cpu["hf"]
+    assert own_flops(padded, cfg, 30522, rows=True)["hf"] == rows["hf"]
+
+
+def test_the_rows_path_is_the_step_modules_own_on_packed_blocks_on_the_cpu(tiny_config) -> None:
+    """As `pretrain` builds it: BERT's layers take the path, ModernBERT's do not; padded blocks, CUDA's static
+    shapes and model.sparse_last_layer false run the whole last layer."""
+    cpu, gpu = SimpleNamespace(device="cpu"), SimpleNamespace(device="cuda")
+
+    def rows(setup: SimpleNamespace, **extra: object) -> bool:
+        cfg = tiny_config(**{"data.document_attention": "packed", **extra})
+        return _rows_path(setup, cfg, VocabInfo.from_tokenizer(load_tokenizer(cfg.tokenizer_dir)))
+
+    assert rows(cpu) is True
+    assert rows(cpu, **{"data.document_attention": "within"}) is True  # transformers 5's layers take the documents
+    assert rows(gpu) is False
+    assert rows(cpu, **{"data.packing": False}) is False
+    assert rows(cpu, **{"model.sparse_last_layer": False}) is False
+    assert rows(cpu, **{"model.architecture": "modernbert"}) is False
 
 
 def test_work_and_efficiency_split_each_ratio_into_less_work_and_more_flops_per_second() -> None:
