@@ -144,10 +144,10 @@ def test_every_key_says_what_a_resume_under_another_value_does() -> None:
     """The resume note's list of training keys is derived from the fields: a key cannot be added without saying."""
     import dataclasses
 
-    from mlmtrain.config import RESUME_KINDS, SECTIONS, TRAINING_KEYS, _f, section_fields
+    from mlmtrain.config import RESUME_KINDS, SECTIONS, TRAINING_KEYS, section_fields, setting
 
     with pytest.raises(TypeError):
-        _f(1, "a key that does not say")  # type: ignore[call-arg]
+        setting(1, "a key that does not say")  # type: ignore[call-arg]
     kinds = {f"{s}.{f.name}": f.metadata["resume"] for s in SECTIONS for f in section_fields(s)}
     assert set(kinds.values()) <= set(RESUME_KINDS)
     assert set(TRAINING_KEYS) == {key for key, kind in kinds.items() if kind == "note"}

@@ -196,7 +196,7 @@ def _check_document_attention(cfg: Config, family: Optional[Family], model: str)
 
     if cfg.data.document_attention == "auto":
         cfg.data.document_attention = "within"
-        try:  # the rules that refuse within (data.packing's in config.py, the objective's and the model's) decide
+        try:  # the rules that refuse within (data.packing's in the config, the objective's and the model's) decide
             cfg.validate_within_documents()
             _check_document_attention(cfg, family, model)
         except UserError:

@@ -1,0 +1,136 @@
+"""The data, tokenizer and masking sections: where the text comes from and how blocks are cut, the tokenizer that
+encodes it, and how a block's tokens are selected for prediction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Union
+
+from mlmtrain.config.fields import SOME_SOURCE, Source, at_least, quiet, require, trains, within
+
+
+@dataclass
+class DataConfig:
+    train: Source = trains(
+        "builtin:python-docs",
+        "training text: a path, glob or list of them (.txt .jsonl .json .parquet .csv), "
+        "'builtin:python-docs', 'builtin:python-docstrings', or 'hf:NAME[/CONFIG]:SPLIT'",
+        check=SOME_SOURCE,
+        path="local",
+    )
+    validation: Union[Source, None] = trains(
+        None,
+        "validation text (same forms as train); null splits validation_fraction off train",
+        path="local",
+    )
+    validation_fraction: float = trains(
+        0.05,
+        "share of training documents held out for validation when validation is null",
+        check=within(0, 1, "[)"),
+    )
+    text_field: str = trains("text", "column / JSON key that holds the text in .jsonl .json .parquet .csv and hub data")
+    txt_documents: Literal["line", "paragraph"] = trains(
+        "line", "how a .txt file splits into documents: one per line, or blank-line-separated paragraphs"
+    )
+    seq_len: int = trains(128, "tokens per training block, [CLS] and [SEP] included", check=at_least(8))
+    packing: bool = trains(
+        True, "concatenate documents into full blocks (no padding); false: one document per block, padded"
+    )
+    document_attention: Literal["packed", "within", "auto"] = trains(
+        "packed",
+        "packed: every token of a packed block attends to the whole block; within: only to its own document, whose "
+        "positions start at 0 (BERT, RoBERTa and ModernBERT, train.objective mlm, data.packing true); auto: within "
+        "where the run can, else packed",
+    )
+    store: Union[str, None] = quiet(
+        None, "token store folder written by `tokenize`; null: <run_dir>/tokens", path="local"
+    )
+    use_store: bool = trains(
+        True, "read pre-tokenized blocks from the store; false: tokenize a live stream in the loader workers"
+    )
+    num_workers: int = quiet(1, "DataLoader worker processes that cut blocks and draw masks", check=at_least(0))
+    shuffle_buffer: int = trains(
+        10000, "blocks held for shuffling a live stream (the store shuffles exactly)", check=at_least(1)
+    )
+
+
+@dataclass
+class TokenizerConfig:
+    path: Union[str, None] = quiet(
+        None,
+        "tokenizer folder (written by `tokenize`, read by `pretrain`); null: <run_dir>/tokenizer",
+        path="local",
+    )
+    pretrained: Union[str, None] = trains(
+        None,
+        "reuse this existing tokenizer folder or hub name instead of training one",
+        path="hub",
+    )
+    kind: Literal["wordpiece", "bpe"] = trains(
+        "wordpiece",
+        "the tokenizer `tokenize` trains: wordpiece (BERT's, '##' inside words) or bpe (byte-level BPE, 'Ġ' before "
+        "words, no unknown characters); both with the specials [CLS] [SEP] [PAD] [MASK] [UNK]",
+    )
+    vocab_size: int = trains(30522, "vocabulary size, special tokens included", check=at_least(16))
+    lowercase: bool = trains(True, "lower-case text before tokenizing")
+    strip_accents: Union[bool, None] = trains(None, "strip accents; null: follow lowercase, as BERT does")
+    min_frequency: int = trains(2, "a merge must occur this often to enter the vocabulary", check=at_least(1))
+    limit_alphabet: int = trains(
+        1000,
+        "at most this many distinct characters in the initial alphabet (wordpiece; bpe starts from the 256 bytes)",
+        check=at_least(1),
+    )
+    extend_vocab: int = trains(
+        0,
+        "with model.init_from: add up to this many whole words frequent in data.train that the base's tokenizer "
+        "splits into several pieces, each new embedding row the mean of its pieces' rows; 0: none",
+        check=at_least(0),
+    )
+
+
+@dataclass
+class MaskingConfig:
+    mlm_probability: float = trains(0.15, "share of ordinary tokens selected for prediction", check=within(0, 1, "()"))
+    mask_replace: float = trains(0.8, "share of selected tokens replaced by [MASK]", check=within(0, 1, "[]"))
+    random_replace: float = trains(
+        0.1, "share of selected tokens replaced by a random ordinary token", check=within(0, 1, "[]")
+    )
+    whole_word: bool = trains(False, "select all pieces of a word together (WordPiece, byte-level BPE, SentencePiece)")
+    fixed_count: bool = trains(
+        False,
+        "select exactly round(rate x maskable tokens) per block instead of a coin per token; with packing the inner "
+        "[SEP]s are not maskable, so the count varies a little between blocks (shapes are not fully static)",
+    )
+    schedule: Literal["constant", "linear", "cosine"] = trains(
+        "constant",
+        "how the training rate moves from mlm_probability to mlm_probability_end over train.max_steps (evaluations "
+        "keep eval_mlm_probability)",
+    )
+    mlm_probability_end: Union[float, None] = trains(
+        None,
+        "with a linear or cosine masking.schedule: the rate of the last step; null: no schedule",
+        check=within(0, 1, "()"),
+    )
+    eval_seed: int = quiet(1234, "seed of the fixed evaluation masks")
+    eval_mlm_probability: float = quiet(
+        0.15,
+        "share of ordinary tokens evaluations mask, 80/10/10 and a coin per token, whatever the training masking "
+        "above: perplexities stay comparable across recipes",
+        check=within(0, 1, "()"),
+    )
+
+    def validate(self) -> None:
+        scheduled = self.schedule != "constant"
+        require(
+            scheduled == (self.mlm_probability_end is not None),
+            "masking.mlm_probability_end",
+            "is set but masking.schedule is constant; set masking.schedule: linear or cosine, or drop "
+            "masking.mlm_probability_end"
+            if not scheduled
+            else f"is null but masking.schedule is {self.schedule}; set it to the rate of the last step (e.g. 0.15)",
+        )
+        require(
+            self.mask_replace + self.random_replace <= 1.0 + 1e-9,
+            "masking.mask_replace",
+            f"+ masking.random_replace must be <= 1 (got {self.mask_replace} + {self.random_replace})",
+        )

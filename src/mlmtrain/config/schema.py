@@ -1,0 +1,282 @@
+"""The whole config (`Config`): its sections, the rules between keys of several sections, and what is known of each
+key without a file: its default, its type, whether a resume under another value changes training."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import yaml
+
+from mlmtrain.config.data import DataConfig, MaskingConfig, TokenizerConfig
+from mlmtrain.config.fields import check_fields, require
+from mlmtrain.config.model import DistillConfig, ElectraConfig, ModelConfig
+from mlmtrain.config.outputs import ProbeConfig, ReportConfig
+from mlmtrain.config.training import CheckpointConfig, OptimConfig, TrainConfig
+
+MIN_SEGMENT = 4  # tokens each segment of a sentence pair holds at least
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    masking: MaskingConfig = field(default_factory=MaskingConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # a section that one objective alone reads names it: refused with any other, left out of their saved configs
+    electra: ElectraConfig = field(default_factory=ElectraConfig, metadata={"objective": "electra"})
+    distill: DistillConfig = field(default_factory=DistillConfig, metadata={"objective": "distill"})
+    report: ReportConfig = field(default_factory=ReportConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    # the `section.key`s the YAML file and the overrides state (`config_from_dict`); not a section
+    stated: ClassVar[frozenset[str]] = frozenset()
+
+    def set_by_user(self, dotted: str) -> bool:
+        """Whether the user chose `section.key`: stated in the file or an override, even at its default value, or
+        (a Config built in Python) set to a value other than its default."""
+        section, key = dotted.split(".")
+        return dotted in self.stated or getattr(getattr(self, section), key) != field_default(section, key)
+
+    def validate(self) -> None:
+        for section in SECTIONS:  # each key's own check, then each section's rules between its keys
+            check_fields(section, getattr(self, section))
+            rules = getattr(getattr(self, section), "validate", None)
+            if rules is not None:
+                rules()
+        if self.model.dropout is not None:  # model.dropout replaces both: a key the user set as well would be lost
+            for name in ("hidden_dropout", "attention_dropout"):
+                value = getattr(self.model, name)
+                require(
+                    value == self.model.dropout or not self.set_by_user(f"model.{name}"),
+                    f"model.{name}",
+                    f"({value}) contradicts model.dropout ({self.model.dropout}); set one of them",
+                )
+        require(
+            self.masking.schedule == "constant" or self.train.max_steps is not None,
+            "masking.schedule",
+            f"({self.masking.schedule}) follows the steps of train.max_steps, which is null; set train.max_steps "
+            "(beside max_time or max_tokens if you like), or masking.schedule: constant",
+        )
+        require(
+            not self.checkpoint.save_ema or self.train.ema is not None,
+            "checkpoint.save_ema",
+            "is true but train.ema is null, so there is no average to save; set train.ema (e.g. 0.999) or drop "
+            "checkpoint.save_ema",
+        )
+        if objective_rule := OBJECTIVE_RULES.get(self.train.objective):
+            objective_rule(self)
+        if self.data.document_attention == "within":
+            self.validate_within_documents()
+        require(
+            self.model.architecture == "bert" or not self.model.init_from,
+            "model.architecture",
+            f"({self.model.architecture}) builds a model from scratch, and model.init_from continues "
+            f"{self.model.init_from} as it is built; drop model.architecture or model.init_from",
+        )
+        require(
+            self.tokenizer.kind == "wordpiece" or not (self.tokenizer.pretrained or self.model.init_from),
+            "tokenizer.kind",
+            f"({self.tokenizer.kind}) trains a tokenizer, and tokenizer.pretrained or model.init_from brings one; "
+            "drop tokenizer.kind or the tokenizer you bring",
+        )
+        require(
+            not self.tokenizer.extend_vocab or bool(self.model.init_from),
+            "tokenizer.extend_vocab",
+            "extends the tokenizer of an existing model: set model.init_from too, or drop tokenizer.extend_vocab",
+        )
+        # with model.init_from the lengths are checked against the base's positions once it is read (init_from.py)
+        require(
+            bool(self.model.init_from) or self.data.seq_len <= self.model.max_position_embeddings,
+            "data.seq_len",
+            f"({self.data.seq_len}) must be <= model.max_position_embeddings ({self.model.max_position_embeddings})",
+        )
+        require(
+            not (self.probe.task and self.probe.every == 0 and self.train.eval_every == 0),
+            "probe.every",
+            "is 0 (probe at each evaluation) but train.eval_every is 0 too: set probe.every to a number of steps",
+        )
+        require(
+            not self.probe.task
+            or bool(self.model.init_from)
+            or self.probe.max_length <= self.model.max_position_embeddings,
+            "probe.max_length",
+            f"({self.probe.max_length}) must be <= model.max_position_embeddings "
+            f"({self.model.max_position_embeddings})",
+        )
+
+    def validate_within_documents(self) -> None:
+        """Attention within documents needs packed blocks: the [SEP]s between documents say where each ends. Which
+        objectives, architectures and bases can take it is theirs to say (train/init_from.py)."""
+        require(
+            self.data.packing,
+            "data.document_attention",
+            "is within, which keeps each document of a packed block to itself, but data.packing is false (one "
+            "document per block already); set data.packing: true or data.document_attention: packed",
+        )
+
+    def validate_bert_objective(self) -> None:
+        """An objective that builds a BERT's parts (the pooler and pair head, ELECTRA's pair of encoders) needs
+        model.architecture bert."""
+        require(
+            self.model.architecture == "bert",
+            "model.architecture",
+            f"({self.model.architecture}) trains train.objective mlm only, and {self.train.objective} builds "
+            "BERT-style models (a pooler, pair or ELECTRA heads); set train.objective: mlm or model.architecture: bert",
+        )
+
+    def validate_electra(self) -> None:
+        """The generator's share of the model's width keeps its heads whole."""
+        self.validate_bert_objective()
+        shape = self.electra.generator_shape(self.model)
+        require(
+            shape["hidden_size"] % shape["num_heads"] == 0,
+            "electra.generator_size",
+            f"gives a generator of hidden size {shape['hidden_size']} and {shape['num_heads']} heads, which do "
+            "not divide; choose a share that keeps hidden size / heads whole (e.g. 0.25 or 0.5)",
+        )
+
+    def validate_distill(self) -> None:
+        """A teacher is named, and the student does not also continue a model."""
+        require(
+            bool(self.distill.teacher),
+            "distill.teacher",
+            "is not set, and train.objective distill needs a teacher; set distill.teacher to a masked LM's folder or "
+            "hub name",
+        )
+        require(
+            not self.model.init_from,
+            "model.init_from",
+            "is set with train.objective distill; the student starts from scratch or from the teacher's layers "
+            "(distill.init: teacher-layers): drop model.init_from",
+        )
+        require(
+            self.model.architecture == "bert",
+            "model.architecture",
+            f"({self.model.architecture}) is not a student distillation builds: a student from scratch is a BERT, one "
+            "from the teacher's layers the teacher's family; drop model.architecture",
+        )
+
+    def validate_pairs(self) -> None:
+        """Sentence pairs are cut from the token store's documents, two segments of MIN_SEGMENT tokens or more."""
+        self.validate_bert_objective()
+        objective, shortest = self.train.objective, 3 + 2 * MIN_SEGMENT
+        require(
+            self.data.seq_len >= shortest,
+            "data.seq_len",
+            f"({self.data.seq_len}) is too short for two segments of train.objective {objective}: [CLS] A [SEP] B "
+            f"[SEP] needs at least {shortest}; raise data.seq_len",
+        )
+        require(
+            self.data.use_store,
+            "data.use_store",
+            f"is false, but train.objective {objective} cuts its pairs from the token store; set data.use_store: true",
+        )
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return Path(self.tokenizer.path) if self.tokenizer.path else Path(self.train.run_dir) / "tokenizer"
+
+    @property
+    def store_dir(self) -> Path:
+        return Path(self.data.store) if self.data.store else Path(self.train.run_dir) / "tokens"
+
+    def to_dict(self) -> dict[str, Any]:
+        tree = dataclasses.asdict(self)
+        # the dropouts the model gets: model.dropout, when set, is what both keys mean
+        tree["model"].update(
+            hidden_dropout=self.model.hidden_dropout_prob, attention_dropout=self.model.attention_dropout_prob
+        )
+        for section in other_objectives_sections(self.train.objective):
+            del tree[section]  # e.g. an MLM run's saved config stays loadable: the electra section is ELECTRA-only
+        return tree
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+SECTIONS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config))
+# Each train.objective's config checks beyond its sections' own. The objectives themselves are the classes of
+# train/objectives/, which config, the lowest layer, cannot import.
+OBJECTIVE_RULES: dict[str, Callable[[Config], None]] = {
+    "electra": Config.validate_electra,
+    "mlm+nsp": Config.validate_pairs,
+    "mlm+sop": Config.validate_pairs,
+    "distill": Config.validate_distill,
+}
+
+
+def other_objectives_sections(objective: str) -> dict[str, str]:
+    """{section: the objective that alone reads it} of the sections another objective than `objective` reads (their
+    field's metadata names it)."""
+    owners = {f.name: f.metadata.get("objective") for f in dataclasses.fields(Config)}
+    return {section: owner for section, owner in owners.items() if owner not in (None, objective)}
+
+
+def section_fields(section: str) -> tuple[dataclasses.Field, ...]:
+    """The fields (keys) of one config section."""
+    return dataclasses.fields(typing.get_type_hints(Config)[section])
+
+
+def field_default(section: str, key: str) -> Any:
+    """The declared default of `section.key`."""
+    found = next(f for f in section_fields(section) if f.name == key)
+    return found.default if found.default is not dataclasses.MISSING else found.default_factory()  # type: ignore[misc]
+
+
+# The keys whose change on --resume the note of training settings names: derived from each field's `resume`.
+TRAINING_KEYS: tuple[str, ...] = tuple(
+    f"{section}.{f.name}" for section in SECTIONS for f in section_fields(section) if f.metadata["resume"] == "note"
+)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def describe_fields() -> list[tuple[str, str, str, str]]:
+    """(section.key, default as YAML writes it, help, its check or "") for every field, for docs and
+    `config fields`."""
+    return [
+        (
+            f"{name}.{f.name}",
+            yaml_value(field_default(name, f.name)),
+            f.metadata["help"],
+            f.metadata["check"].says if f.metadata["check"] else _choices(section_hints(name)[f.name]),
+        )
+        for name in SECTIONS
+        for f in section_fields(name)
+    ]
+
+
+def section_hints(section: str) -> dict[str, Any]:
+    """The type of each key of one section."""
+    return typing.get_type_hints(typing.get_type_hints(Config)[section])
+
+
+def _choices(annotation: Any) -> str:
+    """'must be one of a, b, c' for a key whose type lists its values; "" for any other."""
+    options = [a for a in typing.get_args(annotation) if typing.get_origin(a) is Literal] or [annotation]
+    values = [v for option in options if typing.get_origin(option) is Literal for v in typing.get_args(option)]
+    return f"must be one of {', '.join(values)}" if values else ""
+
+
+def yaml_value(value: Any) -> str:
+    """A value as it is written in a YAML config: null, true, 5.0e-04, [tensorboard], text unquoted."""
+    return yaml.safe_dump(value, default_flow_style=True, width=1_000_000).removesuffix("...\n").strip()
+
+
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"optim.lr": 5e-4, ...} from a nested config."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
