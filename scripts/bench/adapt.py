@@ -65,9 +65,7 @@ def adapt_overrides(
 
 def _tokenized(overrides: list[str]) -> None:
     """The run's tokenizer (the base's, or it extended) and token store, built before the clock starts."""
-    cfg = load_config(CONFIG, overrides)
-    resolve_init_from(cfg)
-    tokenize_corpus(cfg, quiet=True)
+    tokenize_corpus(resolve_init_from(load_config(CONFIG, overrides)).cfg, quiet=True)
 
 
 def run_continue(setup: Setup, name: str, overrides: list[str], precision: str) -> dict[str, Any]:

@@ -284,7 +284,7 @@ def _check_adapt(args: argparse.Namespace) -> None:
     if not args.adapt_budget > 0 or args.adapt_warm < 0 or args.adapt_extend < 0:
         raise BenchmarkError("--adapt-budget must be > 0, --adapt-warm and --adapt-extend >= 0")
     from mlmtrain.evaluate.tasks import TaskFields, load_task
-    from mlmtrain.train.init_from import check_base
+    from mlmtrain.train.base_model import check_base
 
     if args.adapt_task:
         load_task(args.adapt_task, TaskFields())

@@ -16,7 +16,7 @@ TARGETS = {
         "bf16_ppl_drift": 0.02,
     },
     "cuda": {
-        "throughput_ratio": 2.0,
+        "throughput_ratio": 3.0,
         "limit_share": 0.95,
         "time_ratio": 1 / 3,
         "tuned_time_ratio": 1 / 4,

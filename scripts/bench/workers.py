@@ -19,6 +19,7 @@ from mlmtrain.model.bert import build_model
 from mlmtrain.model.optim import build_optimizer, learning_rate
 from mlmtrain.runtime.distributed import init_distributed
 from mlmtrain.train.loop import eval_set
+from mlmtrain.train.objectives import objective_of
 from mlmtrain.train.precision import resolve_precision
 from mlmtrain.train.step import build_setup, train_step
 
@@ -90,7 +91,8 @@ class StepClock(TrainerCallback):
 def _evaluator(cfg: Config, tokenizer: Any) -> Callable[[Any], Any]:
     """model -> EvalResult with our evaluator and settings: the blocks, masks, batch and precision `pretrain` uses."""
     vocab = VocabInfo.from_tokenizer(tokenizer)
-    blocks, indices = eval_set(cfg, tokenizer)
+    objective = objective_of(cfg, vocab)
+    blocks, indices = eval_set(objective, cfg.store_dir, tokenizer, cfg.train.eval_max_blocks)
     seed, batch_size, masking = cfg.masking.eval_seed, cfg.train.batch_size, evaluation_masking(cfg.masking)
 
     def evaluate(mlm: Any) -> Any:

@@ -7,17 +7,26 @@ calls the one the command calls (`tools`, `train.loop`, `report.page`); none goe
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from mlmtrain import _API
 from mlmtrain.config import Config
-from mlmtrain.config import load_config as load_config  # offered by the API as it is
 from mlmtrain.probe_settings import ProbeSettings
 
 __all__ = list(_API)  # the names, listed once where `import mlmtrain` offers them
 
 PathLike = Union[str, Path]
+
+
+def load_config(path: Optional[PathLike] = None, overrides: Union[list[str], dict[str, Any], None] = ()) -> Config:
+    """A config from a YAML file (None: the defaults) and `overrides` (`section.key=value` strings as `--set` takes
+    them, or a dict of `{"section.key": value}`), every key and the objective's rules checked, as the commands read
+    it."""
+    from mlmtrain.tools.arguments import training_config
+
+    return training_config(path, overrides)
 
 
 def tokenize(config: Config) -> Path:
@@ -152,7 +161,6 @@ def scorecard(
 
 def _probe_settings(mode: str, settings: dict[str, Any]) -> ProbeSettings:
     """ProbeSettings from the API's keywords; a UserError naming a keyword that is no setting."""
-    import dataclasses
 
     from mlmtrain.errors import UserError
 

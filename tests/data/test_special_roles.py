@@ -74,7 +74,25 @@ def test_store_and_training_use_the_tokenizers_own_separator(roberta_data: Path)
 
 
 def test_the_live_stream_packs_with_the_tokenizers_own_tokens(roberta_data: Path) -> None:
+    """The live stream cuts the blocks the store cuts, <s> first and </s> last and between documents: over one pass,
+    the same blocks; and a run trains on it."""
+    from mlmtrain.data.blocks import LiveMicroBatches, StoreBlocks, batch_layout
+    from mlmtrain.data.masking import MaskingCollator, VocabInfo
+    from mlmtrain.data.sources import corpus_splits
+
     cfg = _config(roberta_data, **{"data.use_store": False, "train.eval_every": 0})
+    tokenize_corpus(cfg, quiet=True)
+    tokenizer = load_tokenizer(cfg.tokenizer_dir)
+    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+    store = StoreBlocks(TokenStore(cfg.store_dir, "train"), cfg.data.seq_len, True, cls_id, sep_id)
+    collator = MaskingCollator(VocabInfo.from_tokenizer(tokenizer), cfg.masking, seed=0)
+    live = LiveMicroBatches(
+        corpus_splits(cfg.data)[0], cfg.tokenizer_dir, collator, batch_layout(8, None, 1, 0), cfg.data.seq_len, 0, 64, 0
+    )
+    blocks = [tuple(block.tolist()) for block in live._blocks(0, 1, epoch=0)]
+    assert sorted(blocks) == sorted(tuple(store[i].tolist()) for i in range(len(store)))
+    assert all(block[0] == cls_id and block[-1] == sep_id for block in blocks)
+    assert sum(block[1:-1].count(sep_id) for block in blocks) > len(blocks) / 2  # documents end inside blocks
     final = pretrain(cfg)
     assert (final / "model.safetensors").is_file()
 

@@ -190,8 +190,10 @@ def test_the_pair_head_learns_a_trivial_next_sentence(tiny_data: Path, tmp_path:
     ],
 )
 def test_bad_pair_configs_are_refused(overrides: dict, needle: str, tmp_path: Path) -> None:
+    import mlmtrain
+
     with pytest.raises(UserError, match=needle):
-        load_config(None, tiny_overrides(tmp_path, **overrides))
+        mlmtrain.load_config(None, tiny_overrides(tmp_path, **overrides))
 
 
 def test_documents_too_short_to_pair_are_refused(tiny_data: Path, tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ def read_page(path: Path) -> Page:
 
 def expected_curves(*run_dirs: Path) -> list[str]:
     runs = [load_run(path) for path in run_dirs]
-    return [curve.slug for curve in report.CURVES if report.curve_keys(curve, runs)]
+    return [curve.slug for curve in report.curves_of(runs) if report.curve_keys(curve, runs)]
 
 
 # ---------------------------------------------------------------------------------------------

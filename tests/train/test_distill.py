@@ -5,6 +5,7 @@ ordinary masked LM with no teacher inside, whose card names the teacher; bad set
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -103,7 +104,7 @@ def test_the_flop_count_includes_the_teachers_forward(distilled: Path, teacher: 
     from mlmtrain.train.objectives import objective_of
 
     cfg = load_config(None, distill_options(tiny_data, teacher, distilled.parent))
-    resolve_init_from(cfg)
+    cfg = resolve_init_from(cfg).cfg
     tokenizer = load_tokenizer(teacher)
     objective = objective_of(cfg, VocabInfo.from_tokenizer(tokenizer))
     student = flops_per_token(cfg.model, len(tokenizer), 32, 0.15, True)
@@ -142,7 +143,7 @@ def test_teacher_layers_copies_every_other_layer_of_the_teacher(tiny_data: Path,
 
     deep = write_teacher(tmp_path / "deep", layers=4)
     cfg = load_config(None, distill_options(tiny_data, deep, tmp_path, False, **{"distill.init": "teacher-layers"}))
-    resolve_init_from(cfg)
+    cfg = resolve_init_from(cfg).cfg
     assert (cfg.model.hidden_size, cfg.model.num_layers, cfg.model.intermediate_size) == (64, 2, 128)
     student = objective_of(cfg, VocabInfo.from_tokenizer(load_tokenizer(deep))).build().student
     source = BertForMaskedLM.from_pretrained(str(deep))
@@ -184,7 +185,7 @@ BAD_SETTINGS = {
     "temperature": (lambda root, data: {"distill.temperature": 0}, "distill.temperature must be > 0"),
     "modernbert-student": (
         lambda root, data: {"model.architecture": "modernbert"},
-        "(modernbert) is not a student distillation builds",
+        "(modernbert) is not one train.objective distill builds (a student from scratch is a BERT",
     ),
     "alpha": (lambda root, data: {"distill.alpha": 1.5}, "distill.alpha must be in [0, 1]"),
     "teacher-layers-widths": (
@@ -238,3 +239,61 @@ def test_two_processes_distil_as_one_process_with_the_whole_batch(
         assert [two_runs[s] for s in sorted(two_runs)] == pytest.approx([one_run[s] for s in sorted(one_run)], rel=1e-5)
     # the checkpoint is the student alone, whichever number of processes wrote it
     assert not [name for name in weights(tmp_path / "two" / "run" / "checkpoints" / "latest") if "projection" in name]
+
+
+# ---------------------------------------------------------------------------------------------
+# Every distillation run resumes, whatever its teacher's family and whatever the resume changes
+
+
+@pytest.mark.parametrize("family", ["roberta", "distilbert", "modernbert"])
+def test_a_student_of_a_teacher_of_another_family_resumes_exactly(family: str, tiny_data: Path, tmp_path: Path) -> None:
+    """distill.init teacher-layers makes a student of the teacher's family, whose checkpoint is of that family's
+    class: a resume reads it as such (it was refused as "not a BERT" with a fix that was the command given)."""
+    from .test_families import write_family_base
+
+    teacher = write_family_base(tmp_path / family, family)
+    common = {"train.max_steps": 4, "train.eval_every": 0, "checkpoint.save_every": 2, "distill.init": "teacher-layers"}
+    positions = json.loads((teacher / "config.json").read_text())["max_position_embeddings"]  # RoBERTa's: 2 more
+    common = {**common, "model.max_position_embeddings": positions}
+    whole = pretrain(load_config(None, distill_options(tiny_data, teacher, tmp_path / "whole", False, **common)))
+    paused = distill_options(tiny_data, teacher, tmp_path / "paused", False, **common, **{"train.pause_after": 2})
+    assert pretrain(load_config(None, paused)).name == "step-2"
+    options = distill_options(tiny_data, teacher, tmp_path / "paused", False, **common)
+    resumed = pretrain(load_config(None, options), "auto")
+    assert step_losses(tmp_path / "paused" / "run") == step_losses(tmp_path / "whole" / "run")
+    a, b = weights(whole), weights(resumed)
+    assert all(torch.equal(a[key], b[key]) for key in a)
+
+
+def test_a_resume_that_stops_the_hidden_state_loss_carries_the_optimizer_state_by_name(
+    teacher: Path, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A run that trained the hidden-state projection, resumed (or branched) with distill.hidden_weight 0: the
+    projection's moments are left behind and named; the student's go on (it was a ValueError traceback)."""
+    common = {"train.max_steps": 4, "train.eval_every": 0, "checkpoint.save_every": 2, "distill.hidden_weight": 1.0}
+    pretrain(load_config(None, distill_options(tiny_data, teacher, tmp_path, **common, **{"train.pause_after": 2})))
+    options = distill_options(tiny_data, teacher, tmp_path, **{**common, "distill.hidden_weight": 0.0})
+    code, lines = run_cli(capsys, "pretrain", *[arg for pair in options for arg in ("--set", pair)], "--resume")
+    assert code == 0, lines
+    (note,) = [line for line in lines if "optimizer state follows the parameters by name" in line]
+    assert "left behind the moments of projection.bias, projection.weight (no longer trained)" in note, note
+    assert [line["step"] for line in metrics(tmp_path / "run") if "loss" in line][-1] == 4
+
+
+def test_a_resume_with_a_teacher_of_another_tokenizer_names_the_teacher_and_its_fix_works(
+    teacher: Path, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The run's tokenizer is its teacher's: a resume under a teacher of another tokenizer says so and names the
+    teacher that run learned from (it blamed tokenizer.path, with a fix the teacher check then refused)."""
+    from .test_families import write_family_base
+
+    common = {"train.max_steps": 4, "train.eval_every": 0, "checkpoint.save_every": 2}
+    pretrain(load_config(None, distill_options(tiny_data, teacher, tmp_path, **common, **{"train.pause_after": 2})))
+    other = write_family_base(tmp_path / "other-teacher", "roberta")
+    for now, code_wanted in ((other, 2), (teacher, 0)):
+        options = distill_options(tiny_data, now, tmp_path, **{**common, "model.max_position_embeddings": 64})
+        code, lines = run_cli(capsys, "pretrain", *[arg for pair in options for arg in ("--set", pair)], "--resume")
+        assert code == code_wanted, lines
+        if code:
+            line = assert_one_error_line(lines, "another tokenizer than the one distill.teacher", "tiny-teacher")
+            assert "tokenizer.pretrained" not in line and "tokenizer.path" not in line

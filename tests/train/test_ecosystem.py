@@ -412,7 +412,7 @@ def _fake_hub(monkeypatch: pytest.MonkeyPatch) -> dict:
     from huggingface_hub import HfApi, RepoUrl
 
     calls: dict = {}
-    monkeypatch.setattr("mlmtrain.runtime.hub.hub_unreachable", lambda: None)
+    monkeypatch.setattr("mlmtrain.tools.push.hub_unreachable", lambda: None)
 
     def create_repo(self, repo_id: str, **kwargs: object) -> RepoUrl:
         calls["repo"] = (repo_id, kwargs["private"])

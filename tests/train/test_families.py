@@ -398,7 +398,7 @@ def test_attention_auto_keeps_to_documents_where_the_run_can_and_packs_elsewhere
     if base is not None:
         settings = {**settings, "model.init_from": str(write_family_base(tmp_path / base, base))}
     cfg = load_config(None, {"data.document_attention": "auto", "data.seq_len": 32, **settings})
-    resolve_init_from(cfg, check_weights=False)
+    cfg = resolve_init_from(cfg, check_weights=False).cfg
     assert cfg.data.document_attention == expected
     assert f"document_attention: {expected}" in cfg.to_yaml()
 

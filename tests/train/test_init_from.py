@@ -79,13 +79,13 @@ def continue_options(data: Path, base: Path, root: Path, **extra: object) -> lis
 
 def test_shape_and_tokenizer_come_from_the_base_and_defaults_are_ignored(base: Path, tmp_path: Path) -> None:
     cfg = load_config(None, [f"model.init_from={base}", "data.seq_len=32", "model.dropout=0.0"])
-    resolve_init_from(cfg)
+    cfg = resolve_init_from(cfg).cfg
     model = cfg.model
     assert (model.hidden_size, model.num_layers, model.num_heads, model.intermediate_size) == (32, 2, 2, 64)
     assert model.max_position_embeddings == POSITIONS
     assert cfg.tokenizer.pretrained == str(base)
     assert model.hidden_dropout_prob == model.attention_dropout_prob == 0.0  # dropout keys may be set
-    resolve_init_from(cfg)  # a resolved config (a saved mlmtrain.yaml) resolves to itself
+    cfg = resolve_init_from(cfg).cfg  # a resolved config (a saved mlmtrain.yaml) resolves to itself
     assert cfg.model.hidden_size == 32
 
 
@@ -98,7 +98,7 @@ def test_a_dropout_stated_at_its_default_is_kept_not_replaced_by_the_bases(tmp_p
     config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
     config.save_pretrained(str(folder))
     cfg = load_config(None, [f"model.init_from={folder}", "data.seq_len=32", "model.hidden_dropout=0.1"])
-    resolve_init_from(cfg)
+    cfg = resolve_init_from(cfg).cfg
     assert (cfg.model.hidden_dropout, cfg.model.attention_dropout) == (0.1, 0.0)
 
 
@@ -113,7 +113,7 @@ def test_after_zero_updates_the_weights_are_the_base_and_the_fast_step_applies(
     from mlmtrain.train.step import build_setup
 
     cfg = load_config(None, continue_options(tiny_data, base, tmp_path))
-    resolve_init_from(cfg)
+    cfg = resolve_init_from(cfg).cfg
     tokenize_corpus(cfg, quiet=True)
     setup = build_setup(cfg, init_distributed("cpu"))
     expected = BertForMaskedLM.from_pretrained(str(base)).state_dict()
@@ -268,7 +268,7 @@ def test_a_hub_base_is_named_in_the_card_and_a_resume_needs_neither_the_hub_nor_
     import huggingface_hub.constants as hub_constants
     import yaml
 
-    from mlmtrain.train import init_from
+    from mlmtrain.train import base_model
 
     name, commit, cache = "someone/tiny-bert", "0" * 40, tmp_path / "hub-cache"
     repo = cache / "models--someone--tiny-bert"
@@ -278,12 +278,12 @@ def test_a_hub_base_is_named_in_the_card_and_a_resume_needs_neither_the_hub_nor_
     monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    init_from._hub_snapshot.cache_clear()  # the folder a hub name resolves to is kept once a process
+    base_model._hub_snapshot.cache_clear()  # the folder a hub name resolves to is kept once a process
     common = {"train.max_steps": 4, "train.eval_every": 2, "checkpoint.save_every": 2}
     options = continue_options(tiny_data, name, tmp_path, **common, **{"train.pause_after": 2})
     assert pretrain(load_config(None, options)).name == "step-2"
     shutil.rmtree(cache)
-    init_from._hub_snapshot.cache_clear()
+    base_model._hub_snapshot.cache_clear()
     run = tmp_path / "run"
     code, lines = run_cli(capsys, "pretrain", "--config", str(run / "mlmtrain.yaml"), "--resume", "auto")
     assert code == 0, lines
@@ -363,7 +363,7 @@ def test_a_hub_name_offline_is_one_line(monkeypatch: pytest.MonkeyPatch, tiny_da
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     cfg = load_config(None, continue_options(tiny_data, Path("someone/no-such-bert"), tmp_path))
     with pytest.raises(UserError, match="unreachable .*offline mode.* not in the local cache"):
-        resolve_init_from(cfg)
+        cfg = resolve_init_from(cfg).cfg
 
 
 # ---------------------------------------------------------------------------------------------
@@ -385,7 +385,7 @@ def test_extend_vocab_adds_the_frequent_split_words_with_mean_initialised_rows(
     (tmp_path / "new.txt").write_text("\n".join(lines) + "\n")
     extra = {"data.train": str(tmp_path / "new.txt"), "tokenizer.extend_vocab": 3, "train.max_steps": 2}
     cfg = load_config(None, continue_options(tiny_data, base, tmp_path, **extra))
-    resolve_init_from(cfg)
+    cfg = resolve_init_from(cfg).cfg
     tokenize_corpus(cfg, quiet=True)
     setup = build_setup(cfg, init_distributed("cpu"))
     base_tokenizer_, first_new = base_tokenizer(), len(base_tokenizer())
@@ -483,7 +483,7 @@ def test_an_added_words_file_of_yours_is_never_replaced(
 def test_an_objective_other_than_mlm_is_refused_by_its_name(base: Path, objective: str) -> None:
     cfg = load_config(None, [f"model.init_from={base}", f"train.objective={objective}"])
     with pytest.raises(UserError, match=f"starting {objective.replace('+', '[+]')} from an existing model"):
-        resolve_init_from(cfg)
+        cfg = resolve_init_from(cfg).cfg
 
 
 def test_a_resume_names_the_base_and_extension_it_changes_and_the_way_back_works(

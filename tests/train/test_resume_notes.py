@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mlmtrain.config import load_config
+from mlmtrain.runtime.model_folder import ModelFolder, read_model_folder
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train import ownership, resume_checks
 from mlmtrain.train.loop import pretrain
@@ -55,10 +56,11 @@ def test_a_resume_names_every_training_setting_that_changed(
 
 def test_a_resume_with_the_same_settings_adds_no_note(finished_run: Path, tiny_data: Path) -> None:
     cfg = load_config(None, tiny_overrides(tiny_data, **{**FINISHED, "train.run_dir": str(finished_run)}))
-    assert resume_checks.setting_changes(finished_run / "checkpoints" / "step-4", cfg) == []
-    (finished_run / "checkpoints" / "step-4" / "mlmtrain.yaml").unlink()
+    step = finished_run / "checkpoints" / "step-4"
+    assert resume_checks.setting_changes(read_model_folder(step), cfg) == []
+    (step / "mlmtrain.yaml").unlink()
     changed = load_config(None, tiny_overrides(tiny_data, **{**FINISHED, "train.seed": 3}))
-    assert resume_checks.setting_changes(finished_run / "checkpoints" / "step-4", changed) == []  # nothing to compare
+    assert resume_checks.setting_changes(read_model_folder(step), changed) == []  # nothing to compare
 
 
 def test_every_setting_that_changes_training_is_named_electras_too(tmp_path: Path) -> None:
@@ -68,7 +70,7 @@ def test_every_setting_that_changes_training_is_named_electras_too(tmp_path: Pat
     saved = load_config(None, ["train.objective=electra"])
     save_config(saved, tmp_path)
     changed = load_config(None, ["train.objective=electra", "electra.discriminator_weight=20", "electra.temperature=2"])
-    assert resume_checks.setting_changes(tmp_path, changed) == [
+    assert resume_checks.setting_changes(ModelFolder(tmp_path, {}, None), changed) == [
         "electra.discriminator_weight: 50.0 -> 20.0",
         "electra.temperature: 1.0 -> 2.0",
     ]

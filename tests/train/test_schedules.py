@@ -218,6 +218,11 @@ def test_bad_branches_are_refused_in_one_line_and_write_nothing(
             ["--branch-from", str(step_5)],
             "num_layers",
         ),
+        (
+            set_options(tiny_data, new, **{**WSD, "train.objective": "mlm+sop"}),
+            ["--branch-from", str(step_5)],
+            "branch with train.objective: mlm",
+        ),
         (set_options(tiny_data, new, **WSD), ["--branch-from", str(step_5), "--resume", "auto"], "pass one of them"),
         (
             set_options(tiny_data, source_run, **WSD),
@@ -228,6 +233,7 @@ def test_bad_branches_are_refused_in_one_line_and_write_nothing(
     for options, extra, needle in cases:
         code, lines = run_cli(capsys, "pretrain", *options, *extra)
         assert code == 2, (extra, lines)
-        assert_one_error_line(lines, needle)
+        line = assert_one_error_line(lines, needle)
+        assert "--overwrite" not in line  # the new folder holds nothing to overwrite: the fix is another checkpoint
         assert not new.exists(), extra
     assert snapshot(source_run) == before

@@ -109,9 +109,9 @@ def _root(
 
 
 def _load(config: Optional[Path], overrides: list[str]):
-    from mlmtrain.config import load_config
+    from mlmtrain.tools.arguments import training_config
 
-    return load_config(config, overrides)
+    return training_config(config, overrides)
 
 
 @app.command(cls=_Command, short_help="Train the tokenizer and encode the corpus.")
@@ -421,8 +421,7 @@ def config_show(config: Optional[Path] = ConfigOption, overrides: list[str] = Se
     """Print the resolved config (file + overrides + defaults, model.init_from's shape and tokenizer) as YAML."""
     from mlmtrain.train.init_from import resolve_init_from
 
-    cfg = _load(config, overrides)
-    resolve_init_from(cfg, check_weights=False)
+    cfg = resolve_init_from(_load(config, overrides), check_weights=False).cfg
     typer.echo(cfg.to_yaml(), nl=False)
 
 

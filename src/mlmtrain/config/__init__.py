@@ -43,8 +43,6 @@ from mlmtrain.config.published import (
     records_setting,
 )
 from mlmtrain.config.schema import (
-    MIN_SEGMENT,
-    OBJECTIVE_RULES,
     SECTIONS,
     TRAINING_KEYS,
     Config,
@@ -60,8 +58,6 @@ from mlmtrain.config.training import CheckpointConfig, OptimConfig, TrainConfig
 
 __all__ = [
     "LARGEST_INT",
-    "MIN_SEGMENT",
-    "OBJECTIVE_RULES",
     "PATH_KEYS",
     "RESUME_KINDS",
     "SAVED_CONFIG_HEADER",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -17,8 +16,6 @@ from mlmtrain.config.fields import check_fields, require
 from mlmtrain.config.model import DistillConfig, ElectraConfig, ModelConfig
 from mlmtrain.config.outputs import ProbeConfig, ReportConfig
 from mlmtrain.config.training import CheckpointConfig, OptimConfig, TrainConfig
-
-MIN_SEGMENT = 4  # tokens each segment of a sentence pair holds at least
 
 
 @dataclass
@@ -70,12 +67,11 @@ class Config:
             "is true but train.ema is null, so there is no average to save; set train.ema (e.g. 0.999) or drop "
             "checkpoint.save_ema",
         )
-        if objective_rule := OBJECTIVE_RULES.get(self.train.objective):
-            objective_rule(self)
         if self.data.document_attention == "within":
             self.validate_within_documents()
         require(
-            self.model.architecture == "bert" or not self.model.init_from,
+            # the default names no choice: a saved config states it beside the base it continued
+            not self.model.init_from or self.model.architecture == field_default("model", "architecture"),
             "model.architecture",
             f"({self.model.architecture}) builds a model from scratch, and model.init_from continues "
             f"{self.model.init_from} as it is built; drop model.architecture or model.init_from",
@@ -113,70 +109,12 @@ class Config:
 
     def validate_within_documents(self) -> None:
         """Attention within documents needs packed blocks: the [SEP]s between documents say where each ends. Which
-        objectives, architectures and bases can take it is theirs to say (train/init_from.py)."""
+        objectives, architectures and bases can take it is theirs to say (their tables)."""
         require(
             self.data.packing,
             "data.document_attention",
             "is within, which keeps each document of a packed block to itself, but data.packing is false (one "
             "document per block already); set data.packing: true or data.document_attention: packed",
-        )
-
-    def validate_bert_objective(self) -> None:
-        """An objective that builds a BERT's parts (the pooler and pair head, ELECTRA's pair of encoders) needs
-        model.architecture bert."""
-        require(
-            self.model.architecture == "bert",
-            "model.architecture",
-            f"({self.model.architecture}) trains train.objective mlm only, and {self.train.objective} builds "
-            "BERT-style models (a pooler, pair or ELECTRA heads); set train.objective: mlm or model.architecture: bert",
-        )
-
-    def validate_electra(self) -> None:
-        """The generator's share of the model's width keeps its heads whole."""
-        self.validate_bert_objective()
-        shape = self.electra.generator_shape(self.model)
-        require(
-            shape["hidden_size"] % shape["num_heads"] == 0,
-            "electra.generator_size",
-            f"gives a generator of hidden size {shape['hidden_size']} and {shape['num_heads']} heads, which do "
-            "not divide; choose a share that keeps hidden size / heads whole (e.g. 0.25 or 0.5)",
-        )
-
-    def validate_distill(self) -> None:
-        """A teacher is named, and the student does not also continue a model."""
-        require(
-            bool(self.distill.teacher),
-            "distill.teacher",
-            "is not set, and train.objective distill needs a teacher; set distill.teacher to a masked LM's folder or "
-            "hub name",
-        )
-        require(
-            not self.model.init_from,
-            "model.init_from",
-            "is set with train.objective distill; the student starts from scratch or from the teacher's layers "
-            "(distill.init: teacher-layers): drop model.init_from",
-        )
-        require(
-            self.model.architecture == "bert",
-            "model.architecture",
-            f"({self.model.architecture}) is not a student distillation builds: a student from scratch is a BERT, one "
-            "from the teacher's layers the teacher's family; drop model.architecture",
-        )
-
-    def validate_pairs(self) -> None:
-        """Sentence pairs are cut from the token store's documents, two segments of MIN_SEGMENT tokens or more."""
-        self.validate_bert_objective()
-        objective, shortest = self.train.objective, 3 + 2 * MIN_SEGMENT
-        require(
-            self.data.seq_len >= shortest,
-            "data.seq_len",
-            f"({self.data.seq_len}) is too short for two segments of train.objective {objective}: [CLS] A [SEP] B "
-            f"[SEP] needs at least {shortest}; raise data.seq_len",
-        )
-        require(
-            self.data.use_store,
-            "data.use_store",
-            f"is false, but train.objective {objective} cuts its pairs from the token store; set data.use_store: true",
         )
 
     @property
@@ -202,14 +140,6 @@ class Config:
 
 
 SECTIONS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config))
-# Each train.objective's config checks beyond its sections' own. The objectives themselves are the classes of
-# train/objectives/, which config, the lowest layer, cannot import.
-OBJECTIVE_RULES: dict[str, Callable[[Config], None]] = {
-    "electra": Config.validate_electra,
-    "mlm+nsp": Config.validate_pairs,
-    "mlm+sop": Config.validate_pairs,
-    "distill": Config.validate_distill,
-}
 
 
 def other_objectives_sections(objective: str) -> dict[str, str]:

@@ -91,11 +91,11 @@ class TrainConfig:
         "auto: on a CPU where a compiler works and the budget is long enough to repay compiling (10 min, 1e14 FLOPs)",
     )
     seed: int = trains(0, "seed of weights, data order and masks")
-    objective: Literal["mlm", "electra", "mlm+nsp", "mlm+sop", "distill"] = trains(
+    objective: str = trains(
         "mlm",
-        "mlm: masked language modeling; electra: replaced-token detection (settings in the electra section); "
-        "mlm+nsp / mlm+sop: MLM on sentence pairs plus BERT's next-sentence or ALBERT's sentence-order prediction; "
-        "distill: MLM taught by a bigger masked LM (settings in the distill section)",
+        "what a step optimises: mlm (masked language modeling), or another objective of the registry "
+        "(`mlmtrain config fields` lists them); a section only one objective reads (electra, distill) holds its "
+        "settings",
     )
     log_every: int = quiet(10, "steps between metric lines in metrics.jsonl", check=at_least(1))
     eval_every: int = quiet(500, "steps between validation evaluations; 0 disables", check=at_least(0))

@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from mlmtrain.data.masking import MaskingCollator, mix_seed
 from mlmtrain.data.store import TokenStore
+from mlmtrain.data.tokenizer import load_tokenizer, text_encoder
 from mlmtrain.errors import UserError, loader_worker_died
 
 
@@ -183,8 +184,6 @@ class LiveMicroBatches(IterableDataset):
         self.num_workers, self.start = max(num_workers, 1), start
 
     def _blocks(self, shard: int, shards: int, epoch: int) -> Iterator[np.ndarray]:
-        from mlmtrain.data.tokenizer import load_tokenizer, text_encoder
-
         roles = load_tokenizer(self.tokenizer_dir)  # special tokens by role: [CLS]/[SEP], <s>/</s>, ...
         cls_id, sep_id, tokenizer = roles.cls_token_id, roles.sep_token_id, text_encoder(roles)
         texts = self.corpus.iter_shard(shard, shards)

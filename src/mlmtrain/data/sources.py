@@ -5,12 +5,14 @@ document so memory stays bounded whatever the corpus size; plus the deterministi
 
 from __future__ import annotations
 
+import ast
 import glob
 import hashlib
 import json
 import os
 import re
 import sys
+import sysconfig
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,7 @@ from typing import Any, Union
 from mlmtrain.config import DataConfig
 from mlmtrain.data.records import Reading, read_lines, read_records
 from mlmtrain.errors import UserError, first_line
+from mlmtrain.runtime.hub import hub_unreachable
 
 Spec = Union[str, list[str]]
 
@@ -133,7 +136,7 @@ def _prose(paragraph: str) -> Union[str, None]:
 def _python_docs() -> Iterator[str]:
     """The topics of the interactive help (`pydoc_data`): the language reference's chapters, as plain text."""
     try:
-        from pydoc_data.topics import topics
+        from pydoc_data.topics import topics  # pydoc_data: a large text, loaded for the built-in corpus alone
     except ImportError:
         raise _data_error(
             "builtin:python-docs needs pydoc_data, which this Python lacks; point data.train at your own text"
@@ -146,7 +149,6 @@ def _python_docs() -> Iterator[str]:
 
 
 def _stdlib_sources() -> list[Path]:
-    import sysconfig
 
     root = Path(sysconfig.get_paths()["stdlib"])
     files = []
@@ -164,7 +166,6 @@ def _stdlib_sources() -> list[Path]:
 def _python_docstrings() -> Iterator[str]:
     """The docstrings of the standard library's Python modules, classes and functions, read with `ast` (nothing is
     imported or run), paragraph by paragraph; examples and other code are left out."""
-    import ast
 
     for path in _stdlib_sources():
         try:
@@ -236,8 +237,6 @@ class _Hub:
 
     def texts(self, stats: CorpusStats) -> Iterator[str]:
         import datasets  # imported here: a slow import that local corpora do not need
-
-        from mlmtrain.runtime.hub import hub_unreachable
 
         unreachable = hub_unreachable()
         if unreachable:  # streaming reads from the Hub as it goes: no cache to fall back on

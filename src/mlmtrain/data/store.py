@@ -22,6 +22,23 @@ from typing import Any, Optional
 import numpy as np
 
 from mlmtrain.config import Config, save_config
+from mlmtrain.data.sources import corpus_splits
+from mlmtrain.data.tokenizer import (
+    TOKENIZER_FILES,
+    TOKENIZER_KINDS,
+    TOKENIZER_META,
+    copy_tokenizer,
+    extend_tokenizer,
+    frequent_split_words,
+    is_tokenizer_folder,
+    load_tokenizer,
+    same_tokenizer,
+    save_tokenizer,
+    text_encoder,
+    tokenizer_fingerprint,
+    tokenizer_record,
+    train_tokenizer,
+)
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.readers import read_json
 from mlmtrain.runtime.durable import fsync_dir, fsync_tree, write_marker
@@ -112,8 +129,6 @@ def encode_split(
     """Encode every document of `corpus` into `folder` with a transformers fast tokenizer: no [CLS], the tokenizer's
     separator ([SEP], `</s>`, ...) after each. Special tokens are taken by role, not by name; written in the text,
     they are text (`text_encoder`)."""
-    from mlmtrain.data.tokenizer import text_encoder
-
     sep_id, unk_id = tokenizer.sep_token_id, tokenizer.unk_token_id
     tokenizer = text_encoder(tokenizer)  # the Rust tokenizer: batch encoding without per-call Python overhead
     vocab_size = tokenizer.get_vocab_size()
@@ -274,8 +289,6 @@ def tokenizer_plan(cfg: Config, train_corpus: Any) -> tuple[str, dict[str, Any]]
     tokenizer.pretrained, ("reuse", record) when cfg.tokenizer_dir is current (or not trained by mlmtrain),
     ("train", record) otherwise; record is what mlmtrain-tokenizer.json will say. With tokenizer.extend_vocab,
     ("extend", record) unless cfg.tokenizer_dir already holds that extension of that corpus ("reuse")."""
-    from mlmtrain.data.tokenizer import is_tokenizer_folder, tokenizer_record
-
     folder = cfg.tokenizer_dir
     if cfg.tokenizer.pretrained and cfg.tokenizer.extend_vocab:
         wanted = {
@@ -300,24 +313,8 @@ def _holds_it(folder: Path, pretrained: str) -> bool:
     """Whether tokenizer.path already holds the tokenizer of `pretrained`, a local folder (the same vocabulary and
     normalizer): it is then kept as it is, record included, so a run that trained it and shares the folder finds it
     still current. A hub name is not looked up here (a resumed run copies it from its checkpoint, offline)."""
-    from mlmtrain.data.tokenizer import is_tokenizer_folder, same_tokenizer
-
     # one that does not load is not the same: copy, which says what is wrong with tokenizer.pretrained
     return Path(pretrained).is_dir() and is_tokenizer_folder(folder) and same_tokenizer(folder, pretrained)
-
-
-def planned_tokenizer_fingerprint(
-    cfg: Config, train_corpus: Any, tokenizer_source: Optional[Path] = None
-) -> Optional[str]:
-    """The fingerprint of the tokenizer `prepare_tokenizer` will hand back; None when it would train a new one
-    (WordPiece training is not bit-reproducible, so that fingerprint cannot be known ahead), or extend one."""
-    from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
-
-    action, _ = tokenizer_plan(cfg, train_corpus)
-    if action in ("train", "extend"):
-        return None
-    copied = tokenizer_source or cfg.tokenizer.pretrained
-    return tokenizer_fingerprint(load_tokenizer(copied if action == "copy" else cfg.tokenizer_dir))
 
 
 def prepare_tokenizer(cfg: Config, train_corpus: Any, tokenizer_source: Optional[Path] = None) -> Any:
@@ -338,19 +335,6 @@ def _waiting_for(what: str, folder: Path) -> Callable[[], None]:
 
 
 def _prepare_tokenizer(cfg: Config, train_corpus: Any, tokenizer_source: Optional[Path]) -> Any:
-    from mlmtrain.data.tokenizer import (
-        TOKENIZER_FILES,
-        TOKENIZER_KINDS,
-        TOKENIZER_META,
-        copy_tokenizer,
-        extend_tokenizer,
-        frequent_split_words,
-        load_tokenizer,
-        save_tokenizer,
-        tokenizer_record,
-        train_tokenizer,
-    )
-
     folder = cfg.tokenizer_dir
     action, record = tokenizer_plan(cfg, train_corpus)
     if action == "reuse":
@@ -397,9 +381,6 @@ def tokenize_corpus(cfg: Config, quiet: bool = False, tokenizer_source: Optional
 
 
 def _tokenize_corpus(cfg: Config, target: Path, quiet: bool, tokenizer_source: Optional[Path]) -> Path:
-    from mlmtrain.data.sources import corpus_splits
-    from mlmtrain.data.tokenizer import tokenizer_fingerprint
-
     started = time.perf_counter()
     train_corpus, valid_corpus = corpus_splits(cfg.data)
     tokenizer = prepare_tokenizer(cfg, train_corpus, tokenizer_source)

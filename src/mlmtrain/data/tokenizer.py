@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Optional, Union
@@ -300,7 +301,6 @@ def frequent_split_words(
 ) -> list[str]:
     """Up to `limit` words of `texts` (as the tokenizer normalizes and splits them), most frequent first (ties in
     alphabetical order), that it encodes as several pieces, none unknown; each seen at least twice."""
-    from collections import Counter
 
     vocab = extendable_vocab(tokenizer, name)
     backend = tokenizer.backend_tokenizer
@@ -434,6 +434,16 @@ def tokenizer_fingerprint(tokenizer: Union[tokenizers.Tokenizer, transformers.Pr
     vocab = backend.get_vocab(with_added_tokens=True)
     identity = {"vocab": sorted(vocab, key=vocab.__getitem__), "normalizer": _normalizer_settings(backend)}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
+def folder_fingerprint(folder: Path) -> str:
+    """`tokenizer_fingerprint` of the tokenizer saved in `folder`, read from its tokenizer.json alone where it has one
+    (what a checkpoint mlmtrain wrote holds), else loaded."""
+    path = Path(folder) / "tokenizer.json"
+    try:
+        return tokenizer_fingerprint(tokenizers.Tokenizer.from_file(str(path)))
+    except Exception:  # no tokenizer.json, or one the tokenizers library cannot read: transformers says what is wrong
+        return tokenizer_fingerprint(load_tokenizer(folder))
 
 
 def same_tokenizer(first: Union[str, Path], second: Union[str, Path]) -> bool:

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from mlmtrain.config import MaskingConfig
 from mlmtrain.data.blocks import pack_blocks
 from mlmtrain.data.masking import IGNORE_INDEX, MaskingCollator, VocabInfo, document_ids
+from mlmtrain.data.tokenizer import is_tokenizer_folder, load_tokenizer, text_encoder
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.evaluate.stats import ratio_interval
 from mlmtrain.model.context import autocast_context, eval_mode, quiet_transformers
@@ -229,8 +230,6 @@ class PackedBlocks:
     with the model's own tokenizer. Counts documents and tokens as it goes."""
 
     def __init__(self, texts: Iterable[str], tokenizer: Any, seq_len: int) -> None:
-        from mlmtrain.data.tokenizer import text_encoder
-
         if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
             raise UserError("tokenizer", "the tokenizer has no [CLS] or no [SEP] token, which packed blocks need")
         self.texts, self.tokenizer, self.seq_len = texts, tokenizer, seq_len
@@ -336,8 +335,6 @@ def evaluate_texts(
 
 def check_checkpoint_folder(folder: Path) -> None:
     """A UserError naming every file a masked-LM checkpoint folder lacks (before transformers tries to load it)."""
-    from mlmtrain.data.tokenizer import is_tokenizer_folder
-
     if not folder.is_dir():
         what = "is a file" if folder.exists() else "does not exist"
         raise UserError("model", f"{folder} {what}; pass a masked-LM checkpoint folder to --model")
@@ -356,10 +353,10 @@ def check_checkpoint_folder(folder: Path) -> None:
 
 def load_masked_lm(folder: Union[str, Path]) -> tuple[Any, Any]:
     """(model, tokenizer) from a Hugging Face masked-LM folder, or a UserError that says what is wrong with it."""
-    from transformers import AutoConfig, AutoModelForMaskedLM
-    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    from transformers import AutoConfig, AutoModelForMaskedLM  # transformers: heavy, loaded on use
 
-    from mlmtrain.data.tokenizer import load_tokenizer
+    # transformers: heavy, loaded on use
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     folder = Path(folder)
     check_checkpoint_folder(folder)

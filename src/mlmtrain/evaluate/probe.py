@@ -182,7 +182,9 @@ def _is_path(name: str) -> bool:
 def encoder_config(model: str) -> Any:
     """The model's config, checked to be a BERT-family encoder (a masked-LM architecture, neither decoder nor
     encoder-decoder); a local folder is first checked for its files."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # transformers: heavy, loaded on use
+
+    # transformers: heavy, loaded on use
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     if _is_path(model):
@@ -217,7 +219,7 @@ def _with_labels(config: Any, task: Task) -> Any:
 def load_weights(model: str, config: Any, head: bool) -> Any:
     """The pretrained encoder (head=False: AutoModel) or encoder + a new classification head (head=True), with a
     UserError when the checkpoint's weights miss part of the encoder (only the head and pooler may be new)."""
-    from transformers import AutoModel, AutoModelForSequenceClassification
+    from transformers import AutoModel, AutoModelForSequenceClassification  # transformers: heavy, loaded on use
 
     auto = AutoModelForSequenceClassification if head else AutoModel
     with quiet_transformers():
@@ -242,7 +244,7 @@ def load_weights(model: str, config: Any, head: bool) -> Any:
 
 def untrained(config: Any, head: bool) -> Any:
     """The same architecture from random initialisation (seed torch first): the baseline of what pretraining bought."""
-    from transformers import AutoModel, AutoModelForSequenceClassification
+    from transformers import AutoModel, AutoModelForSequenceClassification  # transformers: heavy, loaded on use
 
     with quiet_transformers():
         return (AutoModelForSequenceClassification if head else AutoModel).from_config(config, trust_remote_code=False)
@@ -250,7 +252,7 @@ def untrained(config: Any, head: bool) -> Any:
 
 def classifier_from(mlm: Any, task: Task) -> Any:
     """A sequence classifier whose encoder is a copy of a live masked LM's (the live fine-tuning probe)."""
-    from transformers import AutoModelForSequenceClassification
+    from transformers import AutoModelForSequenceClassification  # transformers: heavy, loaded on use
 
     with quiet_transformers():
         classifier = AutoModelForSequenceClassification.from_config(

@@ -18,6 +18,7 @@ import torch
 
 from mlmtrain.data.records import Reading, Record, read_records
 from mlmtrain.errors import UserError, first_line
+from mlmtrain.runtime.hub import hub_unreachable, offline_mode
 
 TASK_SUFFIXES = (".jsonl", ".csv", ".parquet")
 SPLIT_NAMES = {"train": ("train",), "valid": ("valid", "validation", "dev"), "test": ("test",)}
@@ -185,9 +186,7 @@ def _hub_records(spec: str, test_split: Optional[str] = None) -> dict[str, tuple
     if not all(parts) or len(parts) > 3:
         raise _task_error(f"--task {spec!r} must look like hf:NAME, hf:NAME/CONFIG or hf:ORG/NAME/CONFIG")
     name, config = ("/".join(parts[:2]), parts[2]) if len(parts) == 3 else (parts[0], parts[1] if parts[1:] else None)
-    import datasets
-
-    from mlmtrain.runtime.hub import hub_unreachable, offline_mode
+    import datasets  # datasets: heavy, loaded for a Hub task alone
 
     # offline mode reads the datasets cache; otherwise an unreachable Hub fails at once, not after half a minute
     unreachable = None if offline_mode() else hub_unreachable()

@@ -21,6 +21,7 @@ from mlmtrain.model.bert import (
     flops_per_token,
     planned_parameter_count,
 )
+from mlmtrain.model.families import BERT, MODERNBERT, Family
 from mlmtrain.model.modernbert import (
     build_modernbert,
     modernbert_config,
@@ -31,7 +32,7 @@ from mlmtrain.model.modernbert import (
 
 @dataclass(frozen=True)
 class Architecture:
-    config_class: str  # the transformers config class (a resume reads a checkpoint's config.json with it)
+    family: Family  # the family of the masked LM it builds: how a checkpoint of it is read, continued and resumed
     config: Callable[[ModelConfig, VocabInfo], Any]  # the transformers config `build` makes
     build: Callable[[ModelConfig, VocabInfo], Any]  # a freshly initialised masked LM (seed torch first)
     parameters: Callable[[ModelConfig, int], int]  # (cfg, vocab_size) -> parameters, without building it
@@ -41,14 +42,14 @@ class Architecture:
 
 ARCHITECTURES = {
     "bert": Architecture(
-        config_class="BertConfig",
+        family=BERT,
         config=lambda cfg, vocab: bert_config(cfg, vocab.vocab_size, vocab.pad_id),
         build=lambda cfg, vocab: build_model(cfg, vocab.vocab_size, vocab.pad_id),
         parameters=planned_parameter_count,
         flops_per_token=flops_per_token,
     ),
     "modernbert": Architecture(
-        config_class="ModernBertConfig",
+        family=MODERNBERT,
         config=modernbert_config,
         build=build_modernbert,
         parameters=modernbert_parameter_count,

@@ -29,7 +29,7 @@ def eval_mode(mlm: Any) -> Iterator[None]:
 @contextmanager
 def quiet_transformers() -> Iterator[None]:
     """No loading bars or load reports from transformers: problems become our own one-line errors instead."""
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # transformers: heavy, loaded on use
 
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()

@@ -29,7 +29,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.model.bert import head_autocast, padded_vocab_size
 from mlmtrain.model.context import autocast_context, eval_mode
 from mlmtrain.readers import read_json
-from mlmtrain.runtime.model_folder import from_pretrained
+from mlmtrain.runtime.model_folder import ModelFolder, load_model, read_model_folder
 
 GENERATOR_DIR = "generator"  # the generator's folder inside an ELECTRA checkpoint
 # The ELECTRA paper replaces 15 % of the tokens (25 % for its large model). At the fast MLM recipe's 40 %, which the
@@ -51,7 +51,7 @@ def masking_rate_note(cfg: Config) -> Optional[str]:
 
 def build_electra(cfg: Config, vocab: VocabInfo) -> ElectraPretraining:
     """A freshly initialised generator + discriminator pair (seed torch first for reproducible weights)."""
-    from transformers import ElectraForMaskedLM, ElectraForPreTraining
+    from transformers import ElectraForMaskedLM, ElectraForPreTraining  # transformers: heavy, loaded on use
 
     discriminator_config, generator_config = electra_configs(cfg, vocab)
     discriminator = ElectraForPreTraining(discriminator_config)  # built first: the seeded weights depend on the order
@@ -60,6 +60,7 @@ def build_electra(cfg: Config, vocab: VocabInfo) -> ElectraPretraining:
 
 def electra_attention() -> str:
     """SDPA where transformers' ELECTRA supports it (5.x), else its eager attention (4.x has no SDPA for ELECTRA)."""
+    # transformers: heavy, loaded on use
     from transformers.models.electra.modeling_electra import ElectraPreTrainedModel
 
     return "sdpa" if getattr(ElectraPreTrainedModel, "_supports_sdpa", True) else "eager"
@@ -68,7 +69,7 @@ def electra_attention() -> str:
 def electra_configs(cfg: Config, vocab: VocabInfo) -> tuple[Any, Any]:
     """The transformers configs of the discriminator and the generator `build_electra` makes (a resume compares a
     checkpoint's with them)."""
-    from transformers import ElectraConfig as HFElectraConfig
+    from transformers import ElectraConfig as HFElectraConfig  # transformers: heavy, loaded on use
 
     model, generator_shape = cfg.model, cfg.electra.generator_shape(cfg.model)
     common = {
@@ -239,15 +240,18 @@ class ElectraPretraining(torch.nn.Module):
         self.generator.save_pretrained(str(Path(folder) / GENERATOR_DIR), **kwargs)
 
 
-def load_electra(folder: Path, cfg: Config, vocab: VocabInfo, **config: Any) -> ElectraPretraining:
-    """The pair saved in an ELECTRA checkpoint folder (for resume), embeddings shared again; `config` overrides
-    keys of both saved configs (the resume's dropout). `checkpoint.check_model_shape` checks their shapes first."""
-    from transformers import ElectraForMaskedLM, ElectraForPreTraining
+def load_electra(saved: ModelFolder, cfg: Config, vocab: VocabInfo, settings: dict[str, Any]) -> ElectraPretraining:
+    """The pair saved in an ELECTRA checkpoint folder (for resume; `saved`: the folder, read once), embeddings shared
+    again; `settings` overrides keys of both saved configs (the resume's dropout). The resume checks their shapes
+    first."""
+    from transformers import ElectraForMaskedLM, ElectraForPreTraining  # transformers: heavy, loaded on use
 
-    generator_folder = Path(folder) / GENERATOR_DIR
-    discriminator = from_pretrained(ElectraForPreTraining, folder, attn_implementation=electra_attention(), **config)
-    generator = from_pretrained(ElectraForMaskedLM, generator_folder, attn_implementation=electra_attention(), **config)
-    return ElectraPretraining(generator, discriminator, vocab, cfg)
+    generator = read_model_folder(saved.folder / GENERATOR_DIR, topic="checkpoint", fix="resume from another one")
+    attention = electra_attention()
+    discriminator = load_model(ElectraForPreTraining, saved, settings, attn_implementation=attention)
+    return ElectraPretraining(
+        load_model(ElectraForMaskedLM, generator, settings, attn_implementation=attention), discriminator, vocab, cfg
+    )
 
 
 def generator_folder(folder: Path) -> Optional[Path]:

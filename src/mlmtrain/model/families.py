@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from mlmtrain.config import ModelConfig
 from mlmtrain.errors import UserError
-from mlmtrain.runtime.model_folder import from_pretrained, model_config
+from mlmtrain.runtime.model_folder import ModelFolder, load_model
 
 # a masked-LM head split at its vocabulary projection: (transform of hidden states, decoder weight, decoder bias), so
 # the projection runs on the selected rows only
@@ -46,7 +46,7 @@ def _modernbert_head(mlm: Any) -> Head:
 
 def _transformers_4() -> Optional[str]:
     """The installed transformers' version when it is a 4.x (what some families cannot do there), else None."""
-    import transformers
+    import transformers  # transformers: heavy, loaded on use
 
     return transformers.__version__ if int(transformers.__version__.split(".")[0]) < 5 else None
 
@@ -111,6 +111,20 @@ _BERT_SHAPE = {
     "max_position_embeddings": "max_position_embeddings",
 }
 _BERT_DROPOUT = {"hidden_dropout": "hidden_dropout_prob", "attention_dropout": "attention_probs_dropout_prob"}
+# beside the shape, the config keys that fix which modules and tensors a model has (those its config class has are
+# compared on resume); dropout is not among them: it only changes training, and the config's applies on resume
+_FIXED_KEYS = (
+    "embedding_size",
+    "vocab_size",
+    "type_vocab_size",
+    "pad_token_id",
+    "hidden_act",
+    "layer_norm_eps",
+    "position_embedding_type",
+    "tie_word_embeddings",
+    "is_decoder",
+    "add_cross_attention",
+)
 
 
 def _after_padding(config: Mapping[str, Any]) -> int:
@@ -130,8 +144,6 @@ class Family:
     shape: Mapping[str, str] = field(default_factory=lambda: _BERT_SHAPE)  # ModelConfig key -> config.json key
     dropout: Mapping[str, str] = field(default_factory=lambda: _BERT_DROPOUT)  # ModelConfig key -> config.json key
     sdpa: bool = True  # loads with attn_implementation="sdpa"; DeBERTa's disentangled attention has only its own
-    # train.objective values a continued base trains: MLM for every family (NSP/SOP and ELECTRA build a BERT afresh)
-    objectives: tuple[str, ...] = ("mlm",)
     unused_positions: Callable[[Mapping[str, Any]], int] = lambda config: 0
     layers: str = "encoder.layer"  # the encoder's list of transformer layers, below `encoder`
     # why the installed transformers cannot run the model of config.json `config`; None when it can
@@ -148,8 +160,14 @@ class Family:
     # run on the selected positions alone (last_layer.py)
     bert_layout: bool = False
 
+    @property
+    def architecture_keys(self) -> tuple[str, ...]:
+        """The config keys a resumed checkpoint's model must share with the model the run builds: its shape, then the
+        keys that fix its modules and tensors (`_FIXED_KEYS`)."""
+        return (*self.shape.values(), *_FIXED_KEYS)
+
     def masked_lm_class(self) -> Any:
-        import transformers
+        import transformers  # transformers: heavy, loaded on use
 
         return getattr(transformers, self.masked_lm[0])
 
@@ -169,76 +187,75 @@ class Family:
         if reason:
             raise UserError("model", f"{where} {reason}")
 
-    def load(self, folder: Union[str, Path], model: ModelConfig, model_class: Any = None, **kwargs: Any) -> Any:
-        """The family's masked LM (or `model_class`) from `folder`, with `model`'s dropout and its attention."""
-        self.check_runs(model_config(folder), folder)
+    def load(self, saved: ModelFolder, model: ModelConfig, model_class: Any = None, **kwargs: Any) -> Any:
+        """The family's masked LM (or `model_class`) of the folder `saved` (read once), with `model`'s dropout and
+        its attention."""
+        self.check_runs(saved.config, saved.folder)
         if self.sdpa:
             kwargs["attn_implementation"] = "sdpa"
-        return from_pretrained(model_class or self.masked_lm_class(), folder, **self.dropout_settings(model), **kwargs)
+        return load_model(model_class or self.masked_lm_class(), saved, self.dropout_settings(model), **kwargs)
 
 
-FAMILIES = (
-    Family(
-        "BERT",
-        ("bert",),
-        ("BertForMaskedLM", "BertForPreTraining"),
-        "bert",
-        head=_bert_head,
-        tokenizers="WordPiece",
-        within_documents=True,
-        bert_layout=True,
-    ),
-    Family(
-        "RoBERTa",
-        ("roberta", "xlm-roberta", "camembert"),
-        ("RobertaForMaskedLM", "XLMRobertaForMaskedLM", "CamembertForMaskedLM"),
-        "roberta",
-        head=_roberta_head,
-        tokenizers="byte-level BPE (RoBERTa), SentencePiece (XLM-RoBERTa, CamemBERT)",
-        unused_positions=_after_padding,
-        within_documents=True,
-        bert_layout=True,
-    ),
-    Family(
-        "DistilBERT",
-        ("distilbert",),
-        ("DistilBertForMaskedLM",),
-        "distilbert",
-        head=_distilbert_head,
-        tokenizers="WordPiece",
-        shape={
-            **_BERT_SHAPE,
-            **{"hidden_size": "dim", "num_layers": "n_layers", "num_heads": "n_heads"},
-            "intermediate_size": "hidden_dim",
-        },
-        dropout={"hidden_dropout": "dropout", "attention_dropout": "attention_dropout"},
-        layers="transformer.layer",
-    ),
-    Family(
-        "ModernBERT",
-        ("modernbert",),
-        ("ModernBertForMaskedLM",),
-        "model",
-        head=_modernbert_head,
-        tokenizers="byte-level BPE",
-        dropout={"hidden_dropout": "mlp_dropout", "attention_dropout": "attention_dropout"},
-        layers="layers",
-        within_documents=True,
-        document_masks=_layer_type_masks,
-        within_blocker=_modernbert_within_blocker,
-    ),
-    Family(
-        "DeBERTa-v2/v3",
-        ("deberta-v2",),
-        ("DebertaV2ForMaskedLM",),
-        "deberta",
-        head=_deberta_head,
-        tokenizers="SentencePiece (Unigram)",
-        sdpa=False,
-        blocker=_deberta_blocker,
-    ),
+BERT = Family(
+    "BERT",
+    ("bert",),
+    ("BertForMaskedLM", "BertForPreTraining"),
+    "bert",
+    head=_bert_head,
+    tokenizers="WordPiece",
+    within_documents=True,
+    bert_layout=True,
 )
-BERT = FAMILIES[0]
+ROBERTA = Family(
+    "RoBERTa",
+    ("roberta", "xlm-roberta", "camembert"),
+    ("RobertaForMaskedLM", "XLMRobertaForMaskedLM", "CamembertForMaskedLM"),
+    "roberta",
+    head=_roberta_head,
+    tokenizers="byte-level BPE (RoBERTa), SentencePiece (XLM-RoBERTa, CamemBERT)",
+    unused_positions=_after_padding,
+    within_documents=True,
+    bert_layout=True,
+)
+DISTILBERT = Family(
+    "DistilBERT",
+    ("distilbert",),
+    ("DistilBertForMaskedLM",),
+    "distilbert",
+    head=_distilbert_head,
+    tokenizers="WordPiece",
+    shape={
+        **_BERT_SHAPE,
+        **{"hidden_size": "dim", "num_layers": "n_layers", "num_heads": "n_heads"},
+        "intermediate_size": "hidden_dim",
+    },
+    dropout={"hidden_dropout": "dropout", "attention_dropout": "attention_dropout"},
+    layers="transformer.layer",
+)
+MODERNBERT = Family(
+    "ModernBERT",
+    ("modernbert",),
+    ("ModernBertForMaskedLM",),
+    "model",
+    head=_modernbert_head,
+    tokenizers="byte-level BPE",
+    dropout={"hidden_dropout": "mlp_dropout", "attention_dropout": "attention_dropout"},
+    layers="layers",
+    within_documents=True,
+    document_masks=_layer_type_masks,
+    within_blocker=_modernbert_within_blocker,
+)
+DEBERTA = Family(
+    "DeBERTa-v2/v3",
+    ("deberta-v2",),
+    ("DebertaV2ForMaskedLM",),
+    "deberta",
+    head=_deberta_head,
+    tokenizers="SentencePiece (Unigram)",
+    sdpa=False,
+    blocker=_deberta_blocker,
+)
+FAMILIES = (BERT, ROBERTA, DISTILBERT, MODERNBERT, DEBERTA)
 _BY_TYPE = {model_type: family for family in FAMILIES for model_type in family.model_types}
 
 
@@ -341,14 +358,24 @@ def transformer_layers(mlm: Any) -> torch.nn.ModuleList:
 
 def keep_layers(mlm: Any, kept: list[int]) -> None:
     """Keep only the transformer layers `kept` (indices, in order) of a masked LM of any family, and say so in its
-    config."""
+    config (`kept_layers_config`)."""
     parent, name = _layers_home(mlm)
     layers = getattr(parent, name)
     setattr(parent, name, torch.nn.ModuleList([layers[index] for index in kept]))
-    setattr(mlm.config, model_family(mlm).shape["num_layers"], len(kept))
-    kinds = getattr(mlm.config, "layer_types", None)  # ModernBERT's local/global attention, one entry a layer
-    if isinstance(kinds, list) and len(kinds) == len(layers):
-        mlm.config.layer_types = [kinds[index] for index in kept]
+    for key, value in kept_layers_config(mlm.config.to_dict(), kept).items():
+        setattr(mlm.config, key, value)
+
+
+def kept_layers_config(config: Mapping[str, Any], kept: list[int]) -> dict[str, Any]:
+    """The config.json keys that change when a model of config `config` keeps only the layers `kept`: its layer count
+    and, for ModernBERT, its list of local and global attention (one entry a layer)."""
+    family = family_of(config.get("model_type")) or BERT
+    layers = config[family.shape["num_layers"]]
+    changed: dict[str, Any] = {family.shape["num_layers"]: len(kept)}
+    kinds = config.get("layer_types")
+    if isinstance(kinds, list) and len(kinds) == layers:
+        changed["layer_types"] = [kinds[index] for index in kept]
+    return changed
 
 
 def head_logits(mlm: Any, hidden: torch.Tensor) -> torch.Tensor:

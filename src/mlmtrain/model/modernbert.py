@@ -19,7 +19,7 @@ def modernbert_config(cfg: ModelConfig, vocab: VocabInfo) -> Any:
     """The `ModernBertConfig` of `cfg` for the tokenizer of `vocab`: its special ids (transformers' defaults are those
     of ModernBERT's own 50k vocabulary) and rows padded to pad_vocab_multiple; dropout as the family table sets it
     (MLP and attention)."""
-    from transformers import ModernBertConfig
+    from transformers import ModernBertConfig  # transformers: heavy, loaded on use
 
     check_vocabulary(vocab.vocab_size, vocab.pad_id)
     cls_id = vocab.cls_id if vocab.cls_id is not None else vocab.pad_id
@@ -43,7 +43,7 @@ def modernbert_config(cfg: ModelConfig, vocab: VocabInfo) -> Any:
 def build_modernbert(cfg: ModelConfig, vocab: VocabInfo) -> Any:
     """A freshly initialised `ModernBertForMaskedLM` (transformers' own init; seed torch first), decoder tied to the
     word embedding as ModernBERT publishes it."""
-    from transformers import ModernBertForMaskedLM
+    from transformers import ModernBertForMaskedLM  # transformers: heavy, loaded on use
 
     model = ModernBertForMaskedLM(modernbert_config(cfg, vocab))
     if model.decoder.weight is not model.model.embeddings.tok_embeddings.weight:

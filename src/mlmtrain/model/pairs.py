@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from transformers import BertForPreTraining
 
-from mlmtrain.config import MIN_SEGMENT, Config, MaskingConfig, ModelConfig
+from mlmtrain.config import Config, MaskingConfig, ModelConfig
 from mlmtrain.data.masking import IGNORE_INDEX, MaskingCollator, VocabInfo, mix_seed
 from mlmtrain.data.store import TokenStore
 from mlmtrain.errors import UserError
@@ -30,6 +30,8 @@ from mlmtrain.model.context import autocast_context, eval_mode
 
 PAIR_STREAM = 0x5041  # a fourth value mixed into the seed, so the pair draws of a block are not its mask draws
 SENTENCE_ENDS = (".", "!", "?")  # a segment preferably ends after one of these
+
+MIN_SEGMENT = 4  # tokens each segment of a sentence pair holds at least
 
 
 class PairWindows:

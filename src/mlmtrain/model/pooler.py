@@ -19,9 +19,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from mlmtrain.model.context import quiet_transformers
 from mlmtrain.readers import read_json
 from mlmtrain.runtime.durable import replace_text
-from mlmtrain.runtime.model_folder import WEIGHTS_INDEX, from_pretrained, weight_map
+from mlmtrain.runtime.model_folder import WEIGHTS_INDEX, ModelFolder, from_pretrained, transformers_config, weight_map
 
 WEIGHTS = "model.safetensors"
 POOLER_SHARD = "model-pooler.safetensors"  # where a sharded folder's pooler goes (listed in its index)
@@ -31,9 +32,7 @@ _FLOAT_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloa
 def _base_pooler(config: Any) -> Optional[tuple[str, dict[str, torch.Size]]]:
     """(base_model_prefix, {name: shape} of its pooler's tensors) of the base model `AutoModel` builds for `config`,
     or None when that model has no pooler. Built on the meta device: no memory, no random draws."""
-    from transformers import AutoModel
-
-    from mlmtrain.model.context import quiet_transformers
+    from transformers import AutoModel  # transformers: heavy, loaded on use
 
     with quiet_transformers(), torch.device("meta"):
         base = AutoModel.from_config(config, trust_remote_code=False)
@@ -79,7 +78,7 @@ def add_pooler(folder: Path, seed: int, kept: Optional[dict[str, torch.Tensor]] 
     """Write pooler weights into the Hugging Face model folder `folder` when its model type has a pooler and its
     weights hold none: `kept` (`read_pooler` of the base a run continues) where it has the shapes wanted, else drawn
     from `seed`; True when it wrote them."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # transformers: heavy, loaded on use
 
     folder = Path(folder)
     if not (folder / WEIGHTS).is_file() and not (folder / WEIGHTS_INDEX).is_file():
@@ -101,13 +100,11 @@ def add_pooler(folder: Path, seed: int, kept: Optional[dict[str, torch.Tensor]] 
     return True
 
 
-def read_pooler(source: Path) -> Optional[dict[str, torch.Tensor]]:
-    """The pooler tensors of the model folder `source` by their names in its base model (pooler.dense.weight, ...),
-    None when it has none (a model type without one, other weights)."""
-    from transformers import AutoConfig
-
-    found = _base_pooler(from_pretrained(AutoConfig, source))
-    return _source_pooler(Path(source), *found) if found is not None else None
+def read_pooler(source: ModelFolder) -> Optional[dict[str, torch.Tensor]]:
+    """The pooler tensors of the model folder `source` (read once) by their names in its base model
+    (pooler.dense.weight, ...), None when it has none (a model type without one, other weights)."""
+    found = _base_pooler(transformers_config(source.config))
+    return _source_pooler(source.folder, *found) if found is not None else None
 
 
 def _source_pooler(source: Path, prefix: str, shapes: dict[str, torch.Size]) -> Optional[dict[str, torch.Tensor]]:

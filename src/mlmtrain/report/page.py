@@ -13,7 +13,6 @@ import io
 import math
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -21,6 +20,7 @@ import numpy as np
 
 from mlmtrain.config import flatten, local_name
 from mlmtrain.errors import UserError, first_line
+from mlmtrain.report.curves import CURVES, Curve, matches
 from mlmtrain.report.health import FAIL, OK, Verdict, parse_overrides, run_checks, smooth
 from mlmtrain.report.rundata import Run, Series, load_runs, scorecard_table
 from mlmtrain.runtime.files import check_writable_folder, write_failure
@@ -33,61 +33,30 @@ INSTALL_HINT = "pip install 'mlmtrain[report]' (or pip install matplotlib)"
 MAX_POINTS = 4000  # per plotted line: a longer raw series is thinned (the smoothed line uses every point)
 
 
-@dataclass(frozen=True)
-class Curve:
-    slug: str
-    title: str
-    keys: tuple[str, ...]  # metric keys drawn; a key ending in "*" is a prefix (probe_*)
-    ylabel: str
-    log_y: bool = False
-    smoothed: bool = False
-
-
-CURVES = (
-    Curve("train-loss", "Training loss (raw and smoothed)", ("loss",), "loss (nats)", smoothed=True),
-    Curve("eval-loss", "Validation loss", ("eval_loss",), "loss (nats)"),
-    Curve("eval-perplexity", "Validation perplexity", ("eval_ppl",), "perplexity", log_y=True),
-    Curve("eval-accuracy", "MLM accuracy (validation)", ("eval_acc",), "accuracy"),
-    # ELECTRA runs (train.objective: electra) log these instead of eval_ppl / eval_acc
-    Curve("train-loss-parts", "ELECTRA training loss parts", ("generator_loss", "discriminator_loss"), "loss (nats)"),
-    Curve(
-        "eval-generator",
-        "ELECTRA generator perplexity (validation)",
-        ("eval_generator_perplexity",),
-        "perplexity",
-        log_y=True,
-    ),
-    Curve(
-        "eval-discriminator",
-        "ELECTRA replaced-token detection (validation)",
-        ("eval_discriminator_accuracy", "eval_precision", "eval_recall", "eval_auc"),
-        "score",
-    ),
-    # sentence-pair runs (train.objective: mlm+nsp, mlm+sop)
-    Curve("pair-accuracy", "Sentence-pair accuracy (NSP / SOP)", ("pair_accuracy", "eval_pair_accuracy"), "accuracy"),
-    Curve("probe", "Probe scores", ("probe_*",), "score"),
-    Curve("learning-rate", "Learning rate", ("lr",), "lr"),
-    Curve("grad-norm", "Gradient norm (before clipping)", ("grad_norm",), "norm"),
-    Curve("tokens-per-second", "Training tokens per second", ("tokens_per_s",), "tokens/s"),
-    Curve("data-wait", "Share of time waiting for data", ("data_wait_share",), "share of wall time"),
-)
+def curves_of(runs: list[Run]) -> list[Curve]:
+    """The curves of a page: every run's (`CURVES`), then those the runs' objectives declare (run.json), once each."""
+    found = {curve.slug: curve for curve in CURVES}
+    for run in runs:
+        for curve in run.curves:
+            found.setdefault(curve.slug, curve)
+    return list(found.values())
 
 
 def curve_keys(curve: Curve, runs: list[Run]) -> list[str]:
-    """The logged keys a curve draws (probe_* expands to every probe score some run logged)."""
+    """The logged keys a curve draws (probe_* expands to every probe score some run logged, *_loss to every loss
+    term)."""
     keys: list[str] = []
-    for key in curve.keys:
-        if key.endswith("*"):
-            found = {k for run in runs for k in run.series if k.startswith(key[:-1]) and not k.endswith("_seconds")}
-            keys.extend(sorted(found))
-        elif any(run.get(key) is not None for run in runs):
-            keys.append(key)
+    for pattern in curve.keys:
+        if "*" in pattern:
+            keys.extend(sorted({key for run in runs for key in run.series if matches(pattern, key)}))
+        elif any(run.get(pattern) is not None for run in runs):
+            keys.append(pattern)
     return keys
 
 
 def _matplotlib() -> Any:
     try:
-        import matplotlib
+        import matplotlib  # matplotlib: the optional [report] extra
     except ImportError:
         raise UserError("report", f"the plots need matplotlib, which is not installed; {INSTALL_HINT}") from None
     return matplotlib
@@ -128,7 +97,7 @@ def _thin(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def draw_curve(curve: Curve, runs: list[Run], axis: str) -> Optional[Any]:
     """A matplotlib Figure of one curve over all runs (None when no run logged it)."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # matplotlib: the optional [report] extra
 
     keys = curve_keys(curve, runs)
     unit, scale = _time_unit(runs)
@@ -180,7 +149,7 @@ def draw_curve(curve: Curve, runs: list[Run], axis: str) -> Optional[Any]:
 
 
 def _svg(figure: Any) -> str:
-    import matplotlib
+    import matplotlib  # matplotlib: the optional [report] extra
 
     buffer = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text: smaller, sharp, searchable
@@ -268,6 +237,7 @@ th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertic
 th { background: #f3f3f3; }
 td.ok { color: #1a7f37; font-weight: bold; } td.FAIL { color: #c62828; font-weight: bold; } td.na { color: #777; }
 figure { margin: 1em 0; } figure svg { width: 100%; max-width: 900px; height: auto; }
+figcaption { color: #666; font-size: 0.85em; }
 .note { color: #8a5300; } .muted { color: #666; }
 """
 
@@ -340,14 +310,17 @@ def _config_section(runs: list[Run]) -> str:
 def build_page(runs: list[Run], axis: str, overrides: dict[str, Any], png_dir: Optional[Path] = None) -> str:
     """The whole page as a string; with png_dir each plot is also written there as a PNG."""
     figures, missing = [], []
-    for curve in CURVES:
+    for curve in curves_of(runs):
         figure = draw_curve(curve, runs, axis)
         if figure is None:
             missing.append(curve.title)
             continue
         if png_dir is not None:
             _write_png(figure, png_dir / f"{curve.slug}.png")
-        figures.append(f'<figure class="curve" id="{curve.slug}">{_svg(figure)}</figure>')
+        caption = f"{curve.title}: {', '.join(curve_keys(curve, runs))}"  # the metrics.jsonl keys it draws
+        figures.append(
+            f'<figure class="curve" id="{curve.slug}">{_svg(figure)}<figcaption>{_e(caption)}</figcaption></figure>'
+        )
     names = ", ".join(run.name for run in runs)
     other_axes = " or ".join(f"--x {a}" for a in AXES if a != axis)
     parts = [
@@ -454,7 +427,7 @@ def write_report(
         png_dir = Path(png_dir)
         if png_dir.exists() and not png_dir.is_dir():
             raise UserError("argument", f"--png {png_dir} is a file; pass a folder")
-        for curve in (c for c in CURVES if curve_keys(c, runs)):  # checked before any is written: nothing half-done
+        for curve in (c for c in curves_of(runs) if curve_keys(c, runs)):  # checked before any is written
             _refuse_foreign(png_dir / f"{curve.slug}.png", PNG_MARK.encode(), "--png folder")
         check_writable_folder(png_dir, "argument", "--png")  # creates it
     _write_text(out, build_page(runs, axis, thresholds, png_dir))

@@ -18,6 +18,7 @@ import numpy as np
 from mlmtrain.errors import UserError
 from mlmtrain.probe_settings import SCORECARD_FILE, SCORECARD_GENERATOR
 from mlmtrain.readers import load_json_text, read_json, read_saved_yaml
+from mlmtrain.report.curves import Curve, curves_from_record
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "infinity": math.inf, "-infinity": -math.inf}
@@ -52,6 +53,7 @@ class Run:
     parameters: Optional[int] = None
     notes: list[str] = field(default_factory=list)
     scorecard: Optional[tuple[int, dict[str, Any]]] = None  # (step, record) of the newest checkpoint that has one
+    curves: list[Curve] = field(default_factory=list)  # the curves its objective declares (run.json)
 
     def get(self, key: str) -> Optional[Series]:
         found = self.series.get(key)
@@ -267,6 +269,7 @@ def load_run(path: Path, name: Optional[str] = None) -> Run:
     else:
         run.notes.append("no metrics.jsonl: the run has logged nothing yet")
     run.config = _read_config(path / "mlmtrain.yaml", run.notes)
+    run.curves = curves_from_record(_run_facts(path).get("curves"))
     run.checkpoints = complete_checkpoint_steps(path)
     if run.checkpoints:
         run.parameters = safetensors_parameters(
@@ -281,6 +284,15 @@ def load_run(path: Path, name: Optional[str] = None) -> Run:
     if not run.get("eval_loss"):
         run.notes.append("no validation evaluation logged (train.eval_every: 0, or none reached yet)")
     return run
+
+
+def _run_facts(path: Path) -> dict[str, Any]:
+    """The run.json of a run folder ({}: none, or not readable)."""
+    try:
+        facts = read_json(path / "run.json")
+    except (OSError, ValueError):
+        return {}
+    return facts if isinstance(facts, dict) else {}
 
 
 def load_runs(paths: list[Path]) -> list[Run]:

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any, Optional, Union
 
 from mlmtrain.errors import UserError, shown
-from mlmtrain.readers import read_json
+from mlmtrain.readers import read_json, read_saved_yaml
 
 CONFIG = "config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
+SETTINGS = "mlmtrain.yaml"  # the resolved config of the run that wrote a folder
 WEIGHTS_INDEX = "model.safetensors.index.json"
 _INDEXES = (WEIGHTS_INDEX, "pytorch_model.bin.index.json")
 _NO_CODE = "mlmtrain never runs a model folder's own code"
@@ -32,12 +34,13 @@ def _json_object(path: Path) -> Optional[dict[str, Any]]:
 
 
 def _known_model_type(model_type: Any) -> bool:
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES  # transformers: heavy, loaded on use
 
     return isinstance(model_type, str) and model_type in CONFIG_MAPPING_NAMES
 
 
 def _known_tokenizer_class(name: Any) -> bool:
+    # transformers: heavy, loaded on use
     from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
     if not isinstance(name, str):
@@ -50,9 +53,12 @@ def check_folder(source: Union[str, Path]) -> None:
     """UserError when the local folder `source` asks for code of its own or names weights outside itself; nothing
     for a Hub name (transformers refuses its code under trust_remote_code=False)."""
     folder = Path(source).expanduser()
-    if not folder.is_dir():
-        return
-    config, tokenizer_config = _json_object(folder / CONFIG), _json_object(folder / TOKENIZER_CONFIG)
+    if folder.is_dir():
+        _check_settings(folder, _json_object(folder / CONFIG), _json_object(folder / TOKENIZER_CONFIG))
+
+
+def _check_settings(folder: Path, config: Optional[dict[str, Any]], tokenizer_config: Optional[dict[str, Any]]) -> None:
+    """`check_folder` on the folder's config.json and tokenizer_config.json as read (None: missing or no object)."""
     for topic, name, settings in (("model", CONFIG, config), ("tokenizer", TOKENIZER_CONFIG, tokenizer_config)):
         if settings is not None and "auto_map" in settings:
             raise UserError(
@@ -83,6 +89,23 @@ def from_pretrained(loader: Callable[..., Any], source: Union[str, Path], **kwar
     code of the folder's ever run: `check_folder` first, and trust_remote_code=False for what it cannot see."""
     check_folder(source)
     return loader.from_pretrained(str(source), trust_remote_code=False, **kwargs)
+
+
+def transformers_config(config: dict[str, Any]) -> Any:
+    """The transformers config of a config.json's contents (of a model type transformers knows: `check_folder`)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # transformers: heavy, loaded on use
+
+    return CONFIG_MAPPING[config["model_type"]].from_dict(config)
+
+
+def load_model(
+    loader: Callable[..., Any], saved: ModelFolder, settings: Optional[dict[str, Any]] = None, **kwargs: Any
+) -> Any:
+    """The model of a folder read and checked already (`read_model_folder`), its config built from config.json as
+    read with `settings` (config keys such as dropout) over it: transformers opens the weights, not the folder's
+    settings again. `kwargs` go to `from_pretrained` (attn_implementation, output_loading_info, ...)."""
+    config = transformers_config({**saved.config, **(settings or {})})
+    return loader.from_pretrained(str(saved.folder), config=config, trust_remote_code=False, **kwargs)
 
 
 def _shards_root(folder: Path) -> Path:
@@ -147,7 +170,9 @@ def _fits(value: Any, kind: str) -> bool:
 def _json_names(model_type: str) -> dict[str, str]:
     """{transformers attribute: its config.json key} of the keys mlmtrain reads that `model_type` writes; only the
     optional ones for a type with no masked-LM head, which the commands refuse for that reason."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # transformers: heavy, loaded on use
+
+    # transformers: heavy, loaded on use
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     config_class = CONFIG_MAPPING[model_type]
@@ -159,27 +184,47 @@ def _json_names(model_type: str) -> dict[str, str]:
     return {key: name for key, name in names.items() if name in written or key in _OPTIONAL}
 
 
-def model_config(
+@dataclass(frozen=True)
+class ModelFolder:
+    """A model folder read once and checked (`read_model_folder`): its config.json, its tokenizer_config.json (None:
+    none) and the mlmtrain.yaml beside it (the resolved config of the run that wrote it; {}: none, or not readable)."""
+
+    folder: Path
+    config: dict[str, Any]
+    tokenizer_config: Optional[dict[str, Any]]
+
+    @functools.cached_property
+    def settings(self) -> dict[str, Any]:
+        """Its mlmtrain.yaml, read on first use."""
+        return read_saved_yaml(self.folder / SETTINGS) or {}
+
+    def setting(self, section: str, key: str) -> Any:
+        """`section.key` of its mlmtrain.yaml; None where the file does not say."""
+        values = self.settings.get(section)
+        return values.get(key) if isinstance(values, dict) else None
+
+
+def read_model_folder(
     folder: Union[str, Path], topic: str = "model", fix: str = "pass a folder written by save_pretrained"
-) -> dict[str, Any]:
-    """The config.json of the model folder `folder`, after `check_folder` and a check of every key mlmtrain reads
-    (its type, and that hidden_size divides by num_attention_heads): a UserError naming the file and the key
-    otherwise, with `fix` for a file that is no JSON object."""
+) -> ModelFolder:
+    """The model folder `folder`, each settings file read once: `check_folder`'s checks, then those of every
+    config.json key mlmtrain reads (its type, and that hidden_size divides by num_attention_heads): a UserError
+    naming the file and the key otherwise, with `fix` for a config.json that is no JSON object."""
     folder = Path(folder).expanduser()
-    check_folder(folder)
     path = folder / CONFIG
-    config = _json_object(path)
+    config, tokenizer_config = _json_object(path), _json_object(folder / TOKENIZER_CONFIG)
+    _check_settings(folder, config, tokenizer_config)
     if config is None:
         raise UserError(topic, f"{path} is missing or damaged (not a JSON object); {fix}")
     if "model_type" not in config:
         raise UserError(topic, f"{path} has no model_type; {fix}")
-    for key, name in _json_names(config["model_type"]).items():
+    names = _json_names(config["model_type"])
+    for key, name in names.items():
         kind = _OPTIONAL.get(key, _POSITIVE)
         if name not in config and kind == _POSITIVE:
             raise UserError(topic, f"{path} has no {name}; {fix}")
         if name in config and not _fits(config[name], kind):
             raise UserError(topic, f"{path}: {name} must be {kind} (got {shown(config[name])}); {fix}")
-    names = _json_names(config["model_type"])
     if "hidden_size" in names and "num_attention_heads" in names:
         hidden, heads = config[names["hidden_size"]], config[names["num_attention_heads"]]
         if hidden % heads:
@@ -188,4 +233,11 @@ def model_config(
                 f"{path} is inconsistent: hidden_size {hidden} is not a multiple of num_attention_heads {heads}, so "
                 "the folder is not a valid model; restore its config.json or use another model",
             )
-    return config
+    return ModelFolder(folder, config, tokenizer_config)
+
+
+def model_config(
+    folder: Union[str, Path], topic: str = "model", fix: str = "pass a folder written by save_pretrained"
+) -> dict[str, Any]:
+    """The config.json of the model folder `folder`, checked (`read_model_folder`)."""
+    return read_model_folder(folder, topic, fix).config

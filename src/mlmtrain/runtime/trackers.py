@@ -74,7 +74,7 @@ class _TensorBoard:
     name = "TensorBoard"
 
     def __init__(self, run_dir: Path, config: Mapping[str, Any]) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # tensorboard: an optional tracker
 
         self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
         config_yaml = yaml.safe_dump(dict(config), sort_keys=False)
@@ -97,8 +97,8 @@ class _MLflow:
     name = "MLflow"
 
     def __init__(self, run_dir: Path, config: Mapping[str, Any]) -> None:
-        from mlflow.entities import Param
-        from mlflow.tracking import MlflowClient
+        from mlflow.entities import Param  # mlflow: an optional tracker
+        from mlflow.tracking import MlflowClient  # mlflow: an optional tracker
 
         self.client = MlflowClient(tracking_uri=mlflow_store(run_dir))
         experiment = _mlflow_experiment(self.client)
@@ -109,7 +109,7 @@ class _MLflow:
             self.client.log_batch(self.run_id, params=params[start : start + 100])
 
     def log(self, step: int, scalars: Mapping[str, float]) -> None:
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # mlflow: an optional tracker
 
         millis = int(time.time() * 1000)
         self.client.log_batch(self.run_id, metrics=[Metric(k, v, millis, step) for k, v in scalars.items()])
@@ -143,7 +143,7 @@ class _WandB:
     name = "W&B"
 
     def __init__(self, run_dir: Path, config: Mapping[str, Any]) -> None:
-        import wandb
+        import wandb  # wandb: an optional tracker
 
         project = os.environ.get("WANDB_PROJECT", WANDB_DEFAULT_PROJECT)
         offline = {} if wandb_login_known() else {"mode": "offline", "dir": str(run_dir)}

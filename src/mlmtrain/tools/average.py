@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Optional
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from mlmtrain.data.tokenizer import TOKENIZER_FILES, load_tokenizer, tokenizer_fingerprint
 from mlmtrain.errors import UserError, first_line
@@ -59,7 +61,6 @@ def average_checkpoints(sources: list[Path], out: Path, last: Optional[int] = No
     check_replaceable(out, MARKER, OURS, TOPIC, "--out")  # before the weights are read: a refusal costs nothing
 
     def write(staging: Path) -> None:
-        from safetensors.torch import save_file
 
         save_file(_mean(folders), str(staging / WEIGHTS), metadata={"format": "pt"})
         for name in _COPIED:
@@ -128,7 +129,6 @@ def _family(folder: Path) -> tuple[str, tuple[str, ...]]:
 
 def _tensor_shapes(folder: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     """{name: (dtype, shape)} of a folder's weights, read from the safetensors header alone."""
-    from safetensors import safe_open
 
     try:
         with safe_open(str(folder / WEIGHTS), framework="pt") as weights:
@@ -157,7 +157,6 @@ def _same_shapes(first: Path, expected: dict, folder: Path, found: dict) -> None
 def _mean(folders: list[Path]) -> dict[str, torch.Tensor]:
     """The mean of every floating-point tensor over the folders (summed in float64, in the folders' order, then cast
     back to its dtype); a tensor of integers must be equal in all and is kept."""
-    from safetensors.torch import load_file
 
     sums: dict[str, torch.Tensor] = {}
     kept: dict[str, torch.Tensor] = {}

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from mlmtrain.config import read_yaml
 from mlmtrain.data.masking import evaluation_masking
+from mlmtrain.data.sources import corpus_splits, open_corpus
 from mlmtrain.errors import UserError
 from mlmtrain.evaluate.perplexity import (
     DEFAULT_SEQ_LEN,
@@ -19,16 +21,15 @@ from mlmtrain.evaluate.perplexity import (
     load_masked_lm,
 )
 from mlmtrain.model.context import quiet_transformers
+from mlmtrain.model.electra import GENERATOR_DIR, generator_folder
 from mlmtrain.model.families import check_within_documents, family_of, model_positions
-from mlmtrain.tools.arguments import check_count, device_option
+from mlmtrain.tools.arguments import check_count, device_option, training_config
 from mlmtrain.train.precision import resolve_precision
 
 
 def _saved_config(folder: Path) -> Optional[Path]:
     """The mlmtrain.yaml that describes the model in `folder`: its own, or for the `generator/` of an ELECTRA
     checkpoint the one beside the discriminator, so the generator is scored as its whole checkpoint is."""
-    from mlmtrain.model.electra import GENERATOR_DIR, generator_folder
-
     if (folder / "mlmtrain.yaml").is_file():
         return folder / "mlmtrain.yaml"
     folder = folder.absolute()
@@ -41,8 +42,6 @@ def _saved_config(folder: Path) -> Optional[Path]:
 
 def _saved_data_setting(saved: Optional[Path], key: str) -> Any:
     """data.`key` of a saved mlmtrain.yaml, as it is written there (None when there is none)."""
-    from mlmtrain.config import read_yaml
-
     if saved is None:
         return None
     settings = read_yaml(saved)
@@ -67,8 +66,6 @@ def _within_documents(cfg: Any, saved: Optional[Path]) -> bool:
 
 def masked_lm_folder(folder: Path) -> Path:
     """`folder`, or the generator of an ELECTRA checkpoint folder (said in one line on stderr)."""
-    from mlmtrain.model.electra import generator_folder
-
     generator = generator_folder(folder)
     if generator is None:
         return folder
@@ -110,16 +107,13 @@ def evaluate_perplexity(
     device: str,
 ) -> Evaluation:
     """Perplexity of a masked-LM folder on `data` (or the validation split of `config`), with fixed masks."""
-    from mlmtrain.config import load_config
-    from mlmtrain.data.sources import corpus_splits, open_corpus
-
     if data is None and config is None:
         raise UserError("argument", "say what to evaluate on: --data SOURCE, or --config C for its validation split")
     for value, flag in ((batch_size, "--batch-size"), (max_blocks, "--max-blocks"), (max_tokens, "--max-tokens")):
         check_count(value, flag)
     if max_tokens is not None and not pseudo:
         raise UserError("argument", "--max-tokens caps --pseudo; for masked-LM perplexity use --max-blocks")
-    cfg = load_config(config, overrides if isinstance(overrides, dict) else list(overrides))
+    cfg = training_config(config, overrides if isinstance(overrides, dict) else list(overrides))
     checkpoint = Path(model)
     folder = masked_lm_folder(checkpoint)
     check_checkpoint_folder(folder)  # before the slow parts, so a mistyped path fails at once
@@ -176,7 +170,7 @@ def fill_mask(
     model: Union[str, Path], texts: Iterable[str], top_k: int, device: str
 ) -> Iterator[tuple[str, list[list[dict[str, Any]]]]]:
     """(text, one list of the pipeline's top-k candidates per mask) for each text, after checking it fits."""
-    from transformers import pipeline
+    from transformers import pipeline  # transformers: heavy, loaded on use
 
     check_count(top_k, "--top-k")
     torch_device = device_option(device)

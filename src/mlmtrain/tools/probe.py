@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from mlmtrain.config import LARGEST_INT
-from mlmtrain.data.tokenizer import save_tokenizer_files
+from mlmtrain.data.tokenizer import load_tokenizer, save_tokenizer_files
 from mlmtrain.errors import UserError, interrupt_on_sigterm
 from mlmtrain.evaluate.perplexity import check_tokenizer_fits
 from mlmtrain.evaluate.probe import PreparedTask, encoder_config, probe_encoder
@@ -136,8 +136,6 @@ def check_settings(settings: ProbeSettings) -> None:
 def load_encoder(model: str, settings: ProbeSettings) -> tuple[Any, Any]:
     """(config, tokenizer) of the encoder `model`, checked to be one, to take `settings.max_length` tokens and to
     fit its tokenizer: before any task is read, so a mistyped --model fails at once."""
-    from mlmtrain.data.tokenizer import load_tokenizer
-
     config = encoder_config(model)
     positions = model_positions(config)
     if positions is not None and settings.max_length > positions:

@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from mlmtrain.config import PATH_KEYS, published_value, read_yaml
+from mlmtrain.data.tokenizer import TOKENIZER_FILES, TOKENIZER_META
 from mlmtrain.errors import UserError, first_line, redact
+from mlmtrain.runtime.hub import hub_unreachable
 
 # the file names that are published, in the checkpoint folder and in a model subfolder (one holding config.json)
 _WEIGHTS_FILES = re.compile(
@@ -30,8 +33,6 @@ _UNFINISHED_MARKS = ("training_state.pt", "checkpoint.json")  # what tells a che
 
 def _model_file(name: str) -> bool:
     """A file of a Hugging Face model folder: weights, configs, tokenizer (not mlmtrain's record of its training)."""
-    from mlmtrain.data.tokenizer import TOKENIZER_FILES, TOKENIZER_META
-
     tokenizer_file = bool(TOKENIZER_FILES.fullmatch(name)) and name != TOKENIZER_META
     return tokenizer_file or bool(_WEIGHTS_FILES.fullmatch(name))
 
@@ -98,8 +99,6 @@ def _refuse_links(folder: Path, resolved: Path) -> None:
 def _refuse_local_paths(folder: Path, resolved: Path) -> None:
     """UserError when the folder's mlmtrain.yaml names a file or folder by its path on this machine (an older
     mlmtrain wrote paths there and in the model card; this one writes names)."""
-    from mlmtrain.config import PATH_KEYS, published_value, read_yaml
-
     if not (resolved / "mlmtrain.yaml").is_file():
         return
     try:
@@ -119,7 +118,7 @@ def _refuse_local_paths(folder: Path, resolved: Path) -> None:
 
 
 def _check_repo_name(repo: str) -> None:
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    from huggingface_hub.utils import HFValidationError, validate_repo_id  # the Hub client: loaded for the Hub alone
 
     try:
         validate_repo_id(repo)
@@ -155,9 +154,7 @@ def push(checkpoint: Path, repo: str, private: bool, dry_run: bool) -> Push:
 
 def _upload(folder: Path, files: list[str], repo: str, private: bool) -> str:
     """Create the repository if needed and commit `files` in one commit; every failure is one UserError line."""
-    from huggingface_hub import CommitOperationAdd, HfApi, get_token
-
-    from mlmtrain.runtime.hub import hub_unreachable
+    from huggingface_hub import CommitOperationAdd, HfApi, get_token  # the Hub client: loaded for the Hub alone
 
     token = get_token()
     if not token:

@@ -7,8 +7,14 @@ from pathlib import Path
 from typing import Any, Optional
 
 from mlmtrain.config import LARGEST_INT, Config
-from mlmtrain.errors import UserError
-from mlmtrain.tools.arguments import check_count
+from mlmtrain.data.mask_demo import mask_demo as draw_demo
+from mlmtrain.data.store import tokenize_corpus
+from mlmtrain.data.tokenizer import is_tokenizer_folder, load_tokenizer
+from mlmtrain.errors import UserError, interrupt_on_sigterm
+from mlmtrain.model.context import quiet_transformers
+from mlmtrain.tools.arguments import check_count, training_config
+from mlmtrain.train.guard import locked
+from mlmtrain.train.init_from import resolve_init_from
 
 MAX_DEMO_SAMPLES = 1_000_000  # mask-demo --samples: each share to about ±0.1 %, drawn in well under a minute
 
@@ -16,20 +22,13 @@ MAX_DEMO_SAMPLES = 1_000_000  # mask-demo --samples: each share to about ±0.1 %
 def tokenize(cfg: Config) -> Path:
     """Train (or reuse) the tokenizer and encode the corpus, holding train.run_dir's lock: a pretrain running there
     reads (and may rebuild) the tokenizer and store under it, so two commands must not write them at once."""
-    from mlmtrain.data.store import tokenize_corpus
-    from mlmtrain.errors import interrupt_on_sigterm
-    from mlmtrain.train.guard import locked
-    from mlmtrain.train.init_from import resolve_init_from
-
-    resolve_init_from(cfg)  # the tokenizer of model.init_from's base is the one to use
+    cfg = resolve_init_from(cfg).cfg  # the tokenizer of model.init_from's base is the one to use
     with locked(Path(cfg.train.run_dir)), interrupt_on_sigterm():
         return tokenize_corpus(cfg)
 
 
 def _demo_tokenizer(cfg: Config, tokenizer: Optional[str], config: Optional[Path]) -> Any:
     """--tokenizer, else the config's tokenizer folder (or its tokenizer.pretrained) once `tokenize` has built it."""
-    from mlmtrain.data.tokenizer import is_tokenizer_folder, load_tokenizer
-
     if tokenizer is not None:
         return load_tokenizer(tokenizer)
     if is_tokenizer_folder(cfg.tokenizer_dir):
@@ -54,10 +53,6 @@ def mask_demo(
 ) -> tuple[Any, Any]:
     """The masks the training collator draws for `text` under the config's masking settings, and the tokenizer
     that encoded it (which names the replacement tokens)."""
-    from mlmtrain.config import load_config
-    from mlmtrain.data.mask_demo import mask_demo as draw_demo
-    from mlmtrain.model.context import quiet_transformers
-
     if not text.strip():
         raise UserError("argument", 'TEXT is empty; give a sentence to mask, e.g. mlmtrain mask-demo "The cat sat."')
     try:
@@ -73,7 +68,7 @@ def mask_demo(
         )
     if seed is not None and abs(seed) > LARGEST_INT:
         raise UserError("argument", f"--seed is out of range (got {seed}); it must lie within ±{LARGEST_INT}")
-    cfg = load_config(config, list(overrides))
+    cfg = training_config(config, list(overrides))
     loaded = _demo_tokenizer(cfg, tokenizer, config)
     with quiet_transformers():
         demo = draw_demo(text, loaded, cfg.masking, cfg.train.seed if seed is None else seed, cfg.data.seq_len, samples)

@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Optional
 
 from mlmtrain.config import Config
+from mlmtrain.data.sources import corpus_splits
+from mlmtrain.data.store import tokenizer_plan
+from mlmtrain.data.tokenizer import TOKENIZER_FILES, TOKENIZER_META, copy_tokenizer, load_tokenizer
 from mlmtrain.errors import UserError
 from mlmtrain.runtime.files import check_replaceable
 from mlmtrain.runtime.progress import say
@@ -54,10 +57,6 @@ def take_branch_tokenizer(cfg: Config, branch: Path) -> None:
     """Where the new run would train (or extend) a tokenizer of its own, write the checkpoint's there instead, under
     the record that makes `tokenize` reuse it: the weights were trained with that tokenizer, and WordPiece training
     is not reproducible. A tokenizer folder that is not mlmtrain's is refused, as training one there would be."""
-    from mlmtrain.data.sources import corpus_splits
-    from mlmtrain.data.store import tokenizer_plan
-    from mlmtrain.data.tokenizer import TOKENIZER_FILES, TOKENIZER_META, copy_tokenizer, load_tokenizer
-
     action, record = tokenizer_plan(cfg, corpus_splits(cfg.data)[0])
     if action not in ("train", "extend"):
         return  # tokenizer.pretrained or a current tokenizer.path: the resume checks compare it with the checkpoint's

@@ -17,6 +17,7 @@ import random
 import re
 import shutil
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -24,13 +25,16 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 
-from mlmtrain.config import Config, save_config
-from mlmtrain.data.tokenizer import save_tokenizer_files
+from mlmtrain.config import Config, records_setting, save_config
+from mlmtrain.data.tokenizer import folder_fingerprint, save_tokenizer_files
 from mlmtrain.errors import UserError, first_line
+from mlmtrain.model.families import BERT, Family, family_of
 from mlmtrain.model.pooler import add_pooler
 from mlmtrain.runtime.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.runtime.files import write_failure
+from mlmtrain.runtime.model_folder import ModelFolder, read_model_folder
 from mlmtrain.train.model_card import write_model_card
+from mlmtrain.train.objectives import saved_objective
 from mlmtrain.train.ownership import (
     COMPLETE,
     checkpoints_dir,
@@ -130,6 +134,35 @@ def resolve_resume(run_dir: Path, resume: str) -> Optional[Path]:
             f"checkpoint" + (f" ({newest})" if newest else "") + " (with train.run_dir set to it)",
         )
     return folder.resolve()
+
+
+@dataclass(frozen=True)
+class SavedCheckpoint:
+    """A complete checkpoint a run starts from (--resume, --branch-from), read once: its model folder (config.json,
+    tokenizer_config.json, mlmtrain.yaml), the family of its model (BERT's for ELECTRA's, which shares its keys),
+    the objective that trained it and its tokenizer's fingerprint."""
+
+    saved: ModelFolder
+    family: Family
+    objective: str
+    tokenizer_fingerprint: str
+
+    @property
+    def folder(self) -> Path:
+        return self.saved.folder
+
+    def stands_in_for(self, key: str, name: Optional[str]) -> bool:
+        """Whether the run that wrote it read the model config key `key` names as `name` (by its name: a checkpoint
+        holds no paths): it then stands in for that model, which may have moved since."""
+        return bool(name) and records_setting(key, self.saved.setting(*key.split(".")), name)
+
+
+def read_checkpoint(folder: Path) -> SavedCheckpoint:
+    """The complete checkpoint in `folder`, read once; UserError for an unfinished or damaged one."""
+    check_complete(folder)
+    saved = read_model_folder(folder, topic="checkpoint", fix="resume from another one")
+    family = family_of(saved.config.get("model_type")) or BERT
+    return SavedCheckpoint(saved, family, saved_objective(saved), folder_fingerprint(folder))
 
 
 def check_complete(folder: Path) -> None:

@@ -40,7 +40,7 @@ def check_compile_toolchain(device: torch.device) -> None:
     would fail with a page of traceback. (A compiler that is found but cannot build, e.g. without Python's headers,
     is caught at the first step instead: `compile_failure`.)"""
     if device.type == "cuda":
-        from torch.utils._triton import has_triton
+        from torch.utils._triton import has_triton  # torch's compiler: loaded where it compiles
 
         if not has_triton():
             raise UserError(
@@ -50,7 +50,7 @@ def check_compile_toolchain(device: torch.device) -> None:
             )
         return
     try:
-        from torch._inductor.cpp_builder import get_cpp_compiler
+        from torch._inductor.cpp_builder import get_cpp_compiler  # torch's compiler: loaded where it compiles
     except ImportError:  # an older torch: a missing compiler shows at the first step (compile_failure)
         return
     try:
@@ -146,7 +146,7 @@ def reproducible_compile(compiled: bool, device: torch.device) -> Iterator[None]
 def compile_failure(error: BaseException) -> Optional[str]:
     """The first line of `error` when it is torch.compile failing to compile the model (a C++ compiler that cannot
     build, a kernel it cannot generate), else None: the fix is the same whatever the cause, train.compile: false."""
-    from torch._dynamo.exc import BackendCompilerFailed
+    from torch._dynamo.exc import BackendCompilerFailed  # torch's compiler: loaded where it compiles
 
     if not isinstance(error, BackendCompilerFailed):
         return None

@@ -1,5 +1,6 @@
-"""What protects a run: the exclusive lock on RUN_DIR, the claim on a folder that already holds a run, the checks
-that a run can start (a resume's: `resume_checks.py`) before anything is rebuilt, and the stop signals that end a run
+"""What protects a run: the exclusive lock on RUN_DIR, the claim on a folder that already holds a run (checked first,
+its old run removed by --overwrite only once every check of the new run has passed), the checks that a run can start
+before anything is written (a resume's are the resolution's: `resolved.py`), and the stop signals that end a run
 between two steps (never in the middle of one)."""
 
 from __future__ import annotations
@@ -11,17 +12,23 @@ import signal
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 
 from mlmtrain.config import Config, replaceable_config
+from mlmtrain.data.sources import corpus_splits
+from mlmtrain.data.store import STORE_FILES, tokenizer_plan
+from mlmtrain.data.tokenizer import TOKENIZER_FILES, TOKENIZER_META
 from mlmtrain.errors import UserError
-from mlmtrain.runtime.files import check_writable_folder
+from mlmtrain.model.architectures import check_model_fits
+from mlmtrain.runtime.files import check_replaceable, check_writable_folder
 from mlmtrain.runtime.progress import say
-from mlmtrain.train import ownership, resume_checks
-from mlmtrain.train.init_from import check_added_words_file
+from mlmtrain.train import ownership
+from mlmtrain.train.added_words import check_added_words_file
+from mlmtrain.train.compiling import check_compile_toolchain
 from mlmtrain.train.resolved import ResolvedRun
 
 _EVENT_FILE = re.compile(r"^events\.out\.tfevents\.")  # the name TensorBoard's writer gives its log files
@@ -85,18 +92,20 @@ def locked(run_dir: Path) -> Iterator[None]:
         lock.release()
 
 
-def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool, cfg: Config) -> None:
+def check_run_folder(run_dir: Path, resume: Optional[str], overwrite: bool, cfg: Config) -> bool:
     """Refuse to mix two runs in one folder unless the user said --resume or --overwrite; check that checkpoints
-    can be written there before any step is trained. In a folder that holds no run yet, refuse to replace a
-    mlmtrain.yaml the user keeps there (pretrain saves the run's resolved config under that name)."""
+    can be written there before any step is trained; in a folder that holds no run yet, refuse to replace a
+    mlmtrain.yaml the user keeps there (pretrain saves the run's resolved config under that name). Changes nothing:
+    returns whether --overwrite will remove the run the folder holds (`remove_old_run`, once every check passed)."""
     checkpoints = ownership.checkpoints_dir(run_dir)
     holds_run = (run_dir / "metrics.jsonl").exists() or checkpoints.exists() or checkpoints.is_symlink()
-    _refuse_blocked_folder(checkpoints, "checkpoints", removed=overwrite and holds_run)
+    removes = overwrite and holds_run
+    _refuse_blocked_folder(checkpoints, "checkpoints", removed=removes)
     if "tensorboard" in cfg.train.active_trackers:  # its writer would fail on it only after tokenizing
-        _refuse_blocked_folder(run_dir / "tensorboard", "TensorBoard's event files", removed=overwrite and holds_run)
-    check_added_words_file(cfg, run_dir)  # before anything of the old run is removed
-    if holds_run and overwrite:
-        _remove_the_old_run(run_dir)
+        _refuse_blocked_folder(run_dir / "tensorboard", "TensorBoard's event files", removed=removes)
+    check_added_words_file(cfg, run_dir)
+    if removes:
+        _old_run(run_dir)  # what it would delete, all mlmtrain's: else refused now
     elif not holds_run:
         saved = run_dir / "mlmtrain.yaml"
         if saved.exists() and not replaceable_config(saved, cfg):
@@ -105,7 +114,7 @@ def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool, cfg: Co
                 f"{saved} is not a config mlmtrain wrote, and pretrain saves the run's resolved config under that "
                 "name; rename your file (e.g. config.yaml) or choose another train.run_dir",
             )
-    elif holds_run and resume is None:
+    elif resume is None:
         raise UserError(
             "run",
             f"{run_dir} already holds a run; pass --resume to continue it or --overwrite to "
@@ -113,6 +122,7 @@ def claim_run_dir(run_dir: Path, resume: Optional[str], overwrite: bool, cfg: Co
         )
     if checkpoints.is_dir():
         check_writable_folder(checkpoints, "run", "the checkpoints folder")
+    return removes
 
 
 def _refuse_blocked_folder(folder: Path, what: str, removed: bool) -> None:
@@ -131,12 +141,22 @@ def _refuse_blocked_folder(folder: Path, what: str, removed: bool) -> None:
 _RUN_FILES = ("metrics.jsonl", "run.json")  # the files a run writes directly in RUN_DIR that --overwrite removes
 
 
-def _remove_the_old_run(run_dir: Path) -> None:
-    """Delete what the run in run_dir wrote, for --overwrite: checkpoints whose files match their record, the
-    `latest` link, TensorBoard's event files, metrics.jsonl and run.json. A link in place of `checkpoints/` or
+@dataclass(frozen=True)
+class _OldRun:
+    """What --overwrite removes of the run in a folder: links in place of its checkpoints or TensorBoard folder (as
+    links), its checkpoints' entries and TensorBoard's event files."""
+
+    links: list[Path]
+    checkpoints: list[Path]
+    events: list[Path]
+
+
+def _old_run(run_dir: Path) -> _OldRun:
+    """What --overwrite would delete of the run in `run_dir`: checkpoints whose files match their record, the `latest`
+    link, TensorBoard's event files (metrics.jsonl and run.json beside them). A link in place of `checkpoints/` or
     `tensorboard/` is removed as a link: what it points to (another disk, a folder other runs log into) is never
-    listed nor deleted. If the checkpoints or tensorboard folder holds anything else (a user's notes, a fine-tuned
-    model, a link), refuse before deleting anything."""
+    listed nor deleted. UserError if the checkpoints or tensorboard folder holds anything else (a user's notes, a
+    fine-tuned model, a link): nothing is deleted then."""
     checkpoints, board = ownership.checkpoints_dir(run_dir), run_dir / "tensorboard"
     links = [folder for folder in (checkpoints, board) if folder.is_symlink()]
     ours, events = _entries(checkpoints), _entries(board)
@@ -150,16 +170,25 @@ def _remove_the_old_run(run_dir: Path) -> None:
             f"--overwrite would delete {named}, which mlmtrain cannot prove it wrote; move it out of {run_dir} "
             "(or choose another train.run_dir), then run again",
         )
-    targets = {link: os.readlink(link) for link in links}
+    return _OldRun(links, ours, events)
+
+
+def remove_old_run(run_dir: Path) -> None:
+    """Delete what the run in run_dir wrote, for --overwrite (`_old_run`: refused whole if any of it is not
+    mlmtrain's), once every check of the new run has passed (the resolution, `check_run_folder`,
+    `check_before_start`)."""
+    old = _old_run(run_dir)
+    checkpoints, board = ownership.checkpoints_dir(run_dir), run_dir / "tensorboard"
+    targets = {link: os.readlink(link) for link in old.links}
     try:
-        for link in links:
+        for link in old.links:
             link.unlink()
-        for entry in ours:
+        for entry in old.checkpoints:
             if entry.is_dir() and not entry.is_symlink():
                 ownership.remove_checkpoint(entry)
             else:
                 entry.unlink()
-        for entry in events:
+        for entry in old.events:
             entry.unlink()
         for folder in (checkpoints, board):
             if folder.is_dir():
@@ -187,19 +216,19 @@ def _plain_file(path: Path) -> bool:
 
 
 def check_before_start(run: ResolvedRun, device: torch.device) -> None:
-    """Everything that would make the run fail later, checked before a tokenizer or store is (re)built:
-    a model too big for the device, train.compile without the compiler it needs, and a checkpoint that belongs to
-    another model or tokenizer (`check_resume`)."""
-    from mlmtrain.model.architectures import check_model_fits
-
+    """Everything that would make the run fail later, checked before anything is written (the resolution refused a
+    checkpoint of another model or tokenizer already): a model too big for the device, train.compile without the
+    compiler it needs, a user's folder where the run keeps its `latest` link, its tokenizer or its token store."""
     cfg = run.cfg
     check_model_fits(cfg.model, cfg.tokenizer.vocab_size, device)
     if cfg.train.compile is True:  # auto goes without, saying why
-        from mlmtrain.train.compiling import check_compile_toolchain
-
         check_compile_toolchain(device)
     ownership.check_latest_link(run.run_dir)  # a user's folder named latest would fail the first save
-    resume_checks.check_resume(run)
+    action, _ = tokenizer_plan(cfg, corpus_splits(cfg.data)[0])
+    if action != "reuse":  # tokenize (or a branch) would write the tokenizer folder
+        check_replaceable(cfg.tokenizer_dir, TOKENIZER_META, TOKENIZER_FILES, "tokenizer", "tokenizer.path")
+    if cfg.data.use_store:
+        check_replaceable(cfg.store_dir, "meta.json", STORE_FILES, "data", "data.store")
 
 
 class StopRequested:

@@ -1,5 +1,5 @@
-"""`pretrain(cfg)`: resolve the run once (`resolved.py`), lock and claim the run folder, tokenize if needed, build
-the training setup, run the loop.
+"""`pretrain(cfg)`: resolve the run once (`resolved.py`), lock the run folder and check that the run can start, only
+then write (--overwrite's removal, a branch's tokenizer, tokenizing if needed), build the training setup, run the loop.
 
 Read `Loop.run` top to bottom: fetch the step's micro-batches, `train_step` (step.py), then log, evaluate and
 checkpoint on their cadence. Rank 0 alone writes; every collective is taken by every rank in the same order.
@@ -18,9 +18,10 @@ import torch
 
 from mlmtrain.config import Config, save_config
 from mlmtrain.data.blocks import evaluation_blocks
-from mlmtrain.data.masking import VocabInfo, scheduled_rate
-from mlmtrain.data.store import TokenStore, tokenize_corpus
-from mlmtrain.data.tokenizer import tokenizer_fingerprint
+from mlmtrain.data.masking import scheduled_rate
+from mlmtrain.data.sources import corpus_splits
+from mlmtrain.data.store import TokenStore, prepare_tokenizer, tokenize_corpus
+from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
 from mlmtrain.errors import UserError, first_line, interrupt_on_sigterm, loader_worker_died
 from mlmtrain.evaluate.probe import LiveProbe, ProbeDiverged, Task, live_task, metric_record
 from mlmtrain.report.page import LiveReport
@@ -30,11 +31,14 @@ from mlmtrain.runtime.progress import Reporter, say
 from mlmtrain.runtime.trackers import check_trackers
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train import ema, ownership
+from mlmtrain.train.added_words import write_added_words
+from mlmtrain.train.base_model import KEY as BASE_KEY
+from mlmtrain.train.base_model import kept_pooler
 from mlmtrain.train.branch import take_branch_tokenizer
 from mlmtrain.train.compiling import compile_failure, reproducible_compile
-from mlmtrain.train.guard import RunLock, StopRequested, check_before_start, claim_run_dir
-from mlmtrain.train.init_from import kept_pooler, second_phase_note, write_added_words
-from mlmtrain.train.objectives import Evaluation, objective_of
+from mlmtrain.train.guard import RunLock, StopRequested, check_before_start, check_run_folder, remove_old_run
+from mlmtrain.train.init_from import second_phase_note
+from mlmtrain.train.objectives import Evaluation, Objective
 from mlmtrain.train.plan import RateMeter, forecast
 from mlmtrain.train.resolved import ResolvedRun, resolve_run
 from mlmtrain.train.step import (
@@ -71,17 +75,19 @@ def _pretrain(run: ResolvedRun, ctx: DistContext, overwrite: bool) -> Path:
     task = on_main(ctx, lambda: live_task(cfg.probe))  # a bad probe task fails before anything is written
     lock = on_main(ctx, lambda: RunLock(run_dir))
     try:
-        on_main(ctx, lambda: claim_run_dir(run_dir, run.resume, overwrite, cfg))
-        if run.branched:  # the weights' own tokenizer, where the new run would otherwise train one
-            on_main(ctx, lambda: take_branch_tokenizer(cfg, run.resume_from))
-        # a resume that cannot work is refused before the tokenizer or the store is rebuilt
+        removes = on_main(ctx, lambda: check_run_folder(run_dir, run.resume, overwrite, cfg))
         on_main(ctx, lambda: check_before_start(run, ctx.device))
         note = on_main(ctx, lambda: second_phase_note(cfg, run.continued))
+        # every check has passed: from here on the run writes (--overwrite removes the old run first)
+        if removes:
+            on_main(ctx, lambda: remove_old_run(run_dir))
+        if run.branched:  # the weights' own tokenizer, where the new run would otherwise train one
+            on_main(ctx, lambda: take_branch_tokenizer(cfg, run.resume_from))
         if note and ctx.is_main:
             say(note)
         with interrupt_on_sigterm():  # tokenizing and set-up: SIGTERM says "interrupted" like Ctrl-C
             on_main(ctx, lambda: _ensure_data(cfg, run.resumed_base))
-            if ctx.is_main and run.resume == "auto" and run.resume_from is None:
+            if ctx.is_main and run.resume == "auto" and run.start is None:
                 say(f"no checkpoint in {run_dir}; starting a new run")
             return _run(run, ctx, task)
     except RuntimeError as error:
@@ -125,28 +131,24 @@ def _ensure_data(cfg: Config, tokenizer_source: Optional[Path]) -> None:
     if cfg.data.use_store:
         tokenize_corpus(cfg, tokenizer_source=tokenizer_source)
     else:
-        from mlmtrain.data.sources import corpus_splits
-        from mlmtrain.data.store import prepare_tokenizer
-
         prepare_tokenizer(cfg, corpus_splits(cfg.data)[0], tokenizer_source)
 
 
-def eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
+def eval_set(objective: Objective, store: Path, tokenizer: Any, max_blocks: int) -> Optional[tuple[Any, list[int]]]:
     """Validation blocks for training-time evaluation (None when the validation split has no full block)."""
-    if not cfg.data.use_store:
-        return None
-    objective = objective_of(cfg, VocabInfo.from_tokenizer(tokenizer))
     try:  # packed blocks, or the pair objectives' fixed pairs of the validation documents
-        blocks = objective.validation_blocks(TokenStore(cfg.store_dir, "validation"), tokenizer)
+        blocks = objective.validation_blocks(TokenStore(store, "validation"), tokenizer)
     except UserError as error:
         say(f"evaluation disabled: {error.message}")
         return None
-    return blocks, evaluation_blocks(blocks, cfg.train.eval_max_blocks)
+    return blocks, evaluation_blocks(blocks, max_blocks)
 
 
 def _run(run: ResolvedRun, ctx: DistContext, task: Optional[Task]) -> Path:
     cfg, run_dir, resume_from = run.cfg, run.run_dir, run.resume_from
-    setup = build_setup(cfg, ctx, resume_from)
+    tokenizer = run.tokenizer if run.tokenizer is not None else load_tokenizer(cfg.tokenizer_dir)
+    objective = run.objective_with(tokenizer)
+    setup = build_setup(cfg, ctx, run.start, tokenizer, objective)
     if resume_from is not None and budget_progress(cfg, setup.state) >= 1.0:  # nothing left: write nothing
         if ctx.is_main:
             spent = spent_budgets(cfg, setup.state)
@@ -155,13 +157,14 @@ def _run(run: ResolvedRun, ctx: DistContext, task: Optional[Task]) -> Path:
                 "nothing to train: raise that budget with --set to train further"
             )
         return resume_from
-    validation = eval_set(cfg, setup.tokenizer) if ctx.is_main and cfg.train.eval_every else None
+    evaluates = ctx.is_main and cfg.train.eval_every and cfg.data.use_store
+    validation = eval_set(objective, cfg.store_dir, tokenizer, cfg.train.eval_max_blocks) if evaluates else None
     probe = LiveProbe(cfg.probe, task, setup.tokenizer, ctx.device, cfg.train.seed) if task else None
     if ctx.is_main:
         _announce(setup, run_dir, resume_from, run.branched)
     if resume_from is not None and not run.branched:
         on_main(ctx, lambda: _set_aside_later(run_dir, setup.state.step, resume_from))
-    pooler = kept_pooler(run.base) if ctx.is_main else None  # rank 0 alone saves
+    pooler = kept_pooler(run.bases.get(BASE_KEY)) if ctx.is_main else None  # rank 0 alone saves
     with reproducible_compile(setup.compiled.on, ctx.device):
         return Loop(setup, run_dir, validation, probe, pooler).run()
 
@@ -180,7 +183,11 @@ def _set_aside_later(run_dir: Path, step: int, resumed: Path) -> None:
 def _announce(setup: TrainingSetup, run_dir: Path, resume_from: Optional[Path], branched: bool) -> None:
     """Rank 0: the resolved config and run facts into run_dir, and the start line."""
     cfg, ctx, layout = setup.cfg, setup.ctx, setup.layout
-    facts = {"tokenizer_fingerprint": tokenizer_fingerprint(setup.tokenizer), "world_size": ctx.world_size}
+    facts = {
+        "tokenizer_fingerprint": tokenizer_fingerprint(setup.tokenizer),
+        "world_size": ctx.world_size,
+        "curves": [curve.record() for curve in setup.objective.curves],  # what the report draws of its own metrics
+    }
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir)

@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
+from safetensors import safe_open
 
 from mlmtrain.config import Config, names_hub_repository, published_value, published_yaml
+from mlmtrain.data.sources import parse_hub_spec
 from mlmtrain.model.families import family_of, shape_of
 from mlmtrain.readers import load_json_text, read_json
 from mlmtrain.report.rundata import scorecard_table
 from mlmtrain.runtime.durable import replace_text
-from mlmtrain.train.init_from import ADDED_WORDS, added_words
+from mlmtrain.train.added_words import ADDED_WORDS, added_words
 from mlmtrain.train.objectives import objective_class
 
 CARD = "README.md"
@@ -100,8 +102,6 @@ def _records_up_to(path: Path, step: int) -> list[dict[str, Any]]:
 
 def hub_datasets(cfg: Config) -> list[str]:
     """The hub datasets (hf:NAME...) the model was trained or validated on, for the card's `datasets`."""
-    from mlmtrain.data.sources import parse_hub_spec
-
     names: list[str] = []
     for source in (cfg.data.train, cfg.data.validation):
         for entry in [source] if isinstance(source, str) else source or []:
@@ -171,7 +171,6 @@ def _named_model(verb: str, key: str, name: Optional[str]) -> str:
 
 def _parameters(folder: Path) -> int:
     """The numbers in the folder's saved weights (tied ones counted once, the pooler included)."""
-    from safetensors import safe_open
 
     total = 0
     for weights in sorted(folder.glob("*.safetensors")):

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 import torch
+from transformers.utils import logging as hf_logging
 
 from mlmtrain.config import Config
 from mlmtrain.data.blocks import (
@@ -26,9 +26,10 @@ from mlmtrain.data.blocks import (
     raise_worker_errors,
 )
 from mlmtrain.data.masking import VocabInfo
+from mlmtrain.data.sources import corpus_splits
 from mlmtrain.data.store import TokenStore
 from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
-from mlmtrain.errors import UserError
+from mlmtrain.errors import UserError, first_line
 from mlmtrain.model.bert import MaskedLM, use_training_attention
 from mlmtrain.model.context import autocast_context
 from mlmtrain.model.optim import (
@@ -42,6 +43,7 @@ from mlmtrain.runtime.distributed import DistContext, all_reduce_sum
 from mlmtrain.runtime.progress import say
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train import resume_checks
+from mlmtrain.train.checkpoint import SavedCheckpoint
 from mlmtrain.train.compiling import CompileChoice, choose_compile
 from mlmtrain.train.ema import STATE_KEY, WeightAverage, restore_live_weights
 from mlmtrain.train.objectives import Objective, objective_of
@@ -95,13 +97,19 @@ class TrainingSetup:
         return autocast_context(self.ctx.device, self.autocast_dtype)
 
 
-def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = None) -> TrainingSetup:
-    """Model, optimizer, scaler, state and the micro-batch stream, fresh or restored from `resume_from`."""
-    from transformers.utils import logging as hf_logging
-
+def build_setup(
+    cfg: Config,
+    ctx: DistContext,
+    start: Optional[SavedCheckpoint] = None,
+    tokenizer: Any = None,
+    objective: Optional[Objective] = None,
+) -> TrainingSetup:
+    """Model, optimizer, scaler, state and the micro-batch stream, fresh or restored from the checkpoint `start` (read
+    and checked by the resolution); `tokenizer` and `objective`, the run's, where it has them already (else loaded
+    from the config's tokenizer folder, and built on it)."""
     hf_logging.disable_progress_bar()  # transformers' own save/load bars would break our progress bar every checkpoint
     device = ctx.device
-    tokenizer = load_tokenizer(cfg.tokenizer_dir)
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(cfg.tokenizer_dir)
     vocab = VocabInfo.from_tokenizer(tokenizer)
     fingerprint = tokenizer_fingerprint(tokenizer)
     layout = batch_layout(cfg.train.batch_size, cfg.train.micro_batch_size, ctx.world_size, ctx.rank)
@@ -110,15 +118,15 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
         torch.backends.cudnn.allow_tf32 = True
 
     # --- model, optimizer, state (fresh or from a checkpoint)
-    objective = objective_of(cfg, vocab)
+    objective = objective if objective is not None else objective_of(cfg, vocab)
     state, saved = TrainState(), {}
-    if resume_from is not None:
-        saved = ckpt.load_training_state(resume_from)
-        mlm = resume_checks.load_resume_model(resume_from, cfg, fingerprint)
+    if start is not None:
+        saved = ckpt.load_training_state(start.folder)
+        mlm = resume_checks.load_start_model(start, objective)
         objective.restore_training_state(mlm, saved)  # what it trains beside the saved model (a projection)
         restore_live_weights(mlm, saved)  # a checkpoint whose model is the average keeps the live weights aside
-        if ctx.is_main:  # the config's dropout applies (load_resume_model); its other settings differ from the run's
-            for note in resume_checks.resume_notes(resume_from, cfg):
+        if ctx.is_main:  # the config's dropout applies (load_start_model); its other settings differ from the run's
+            for note in resume_checks.resume_notes(start, cfg):
                 say(note)
         state = TrainState(**saved["train_state"])
         # micro_batches counts this rank's micro-batches; another world size or micro-batch takes the same global
@@ -147,7 +155,7 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
     optimizer = build_optimizer(mlm, cfg.optim, device)
     scaler = torch.amp.GradScaler(device.type, enabled=precision.dtype == torch.float16)
     if saved:
-        optimizer.load_state_dict(saved["optimizer"])
+        _restore_optimizer(optimizer, saved["optimizer"], ctx.is_main)
         scaler.load_state_dict(saved["scaler"])
         changed = apply_optim_config(optimizer, cfg.optim)  # the config's betas, eps, weight decay win on resume
         if changed and ctx.is_main:
@@ -186,13 +194,52 @@ def build_setup(cfg: Config, ctx: DistContext, resume_from: Optional[Path] = Non
     )
 
 
+def _restore_optimizer(optimizer: torch.optim.Optimizer, saved: dict[str, Any], notes: bool) -> None:
+    """The checkpoint's optimizer state into `optimizer`, parameter by parameter name (each group keeps
+    `param_names`): a parameter the run no longer trains (a distillation's projection once distill.hidden_weight is
+    0) leaves its moments behind, one it trains anew starts without; a note (on rank 0, `notes`) names them."""
+    current = optimizer.state_dict()
+    now = [name for group in current["param_groups"] for name in group.get("param_names", [])]
+    then = [name for group in saved["param_groups"] for name in group.get("param_names", [])]
+    if now == then or not then:  # the same parameters (or a checkpoint whose groups name none)
+        try:
+            optimizer.load_state_dict(saved)
+        except ValueError as error:  # other groups or sizes, and no names to follow
+            raise UserError(
+                "checkpoint",
+                f"the checkpoint's optimizer state does not fit the parameters this run trains ({first_line(error)}); "
+                "resume with the config of that run (its mlmtrain.yaml)",
+            ) from None
+        return
+    moments = {
+        name: saved["state"][index]
+        for group in saved["param_groups"]
+        for index, name in zip(group["params"], group["param_names"], strict=True)
+        if index in saved["state"]
+    }
+    state = {
+        index: moments[name]
+        for group in current["param_groups"]
+        for index, name in zip(group["params"], group["param_names"], strict=True)
+        if name in moments
+    }
+    groups = [
+        {**kept, "params": group["params"], "param_names": group["param_names"]}
+        for group, kept in zip(current["param_groups"], saved["param_groups"], strict=True)
+    ]
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+    left, fresh = sorted(set(then) - set(now)), sorted(set(now) - set(then))
+    if notes:
+        parts = [f"left behind the moments of {', '.join(left)} (no longer trained)"] if left else []
+        parts += [f"{', '.join(fresh)} start without moments (trained anew)"] if fresh else []
+        say(f"note: the checkpoint's optimizer state follows the parameters by name: {'; '.join(parts)}")
+
+
 def _micro_batches(
     cfg: Config, objective: Objective, tokenizer: Any, layout: BatchLayout, state: TrainState, fingerprint: str
 ) -> Any:
     """The dataset of this rank's masked micro-batches: from the token store, or tokenized live."""
     if not cfg.data.use_store:
-        from mlmtrain.data.sources import corpus_splits
-
         return LiveMicroBatches(
             corpus_splits(cfg.data)[0],
             cfg.tokenizer_dir,

@@ -15,6 +15,9 @@ from mlmtrain.data.blocks import StoreBlocks
 from mlmtrain.data.masking import IGNORE_INDEX, MaskingCollator, VocabInfo, evaluation_masking
 from mlmtrain.data.store import TokenStore
 from mlmtrain.model.families import Family
+from mlmtrain.report.curves import Curve
+from mlmtrain.runtime.model_folder import ModelFolder
+from mlmtrain.train.base_model import Base, read_base
 
 Blocks = Union[Sequence[np.ndarray], Mapping[int, np.ndarray]]
 
@@ -46,10 +49,16 @@ class Objective:
 
     name: ClassVar[str]  # its train.objective
     term_names: ClassVar[tuple[str, ...]] = ("loss",)  # metric names of the loss terms, beside the weighted `loss`
+    # how the report draws the metrics only it logs (a run records them in run.json; `*_loss` terms are drawn anyway)
+    curves: ClassVar[tuple[Curve, ...]] = ()
     model_type: ClassVar[str] = "bert"  # config.json's model_type of the saved model
     architecture: ClassVar[str]  # config.json's `architectures` of the saved model: how a resume recognises it
     model_folders: ClassVar[tuple[str, ...]] = ("",)  # the checkpoint's model folders: "" itself, or a subfolder
-    continues_a_model: ClassVar[bool] = False  # whether model.init_from may name a base to start from
+    summary: ClassVar[str]  # what it trains, in a few words, for `config fields` and messages
+    continues_a_model: ClassVar[bool] = False  # whether model.init_from may name a base (of any family) to start from
+    # the model.architecture values it builds from scratch (model/architectures.py), and why, for a refusal
+    architectures: ClassVar[tuple[str, ...]] = ("bert",)
+    builds: ClassVar[str] = "a BERT"
     # whether it trains with data.document_attention within (its step module and evaluation take "document_ids")
     within_documents: ClassVar[bool] = False
     # whether its checkpoint may be a masked LM of another family than BERT (model/families.py)
@@ -60,26 +69,41 @@ class Objective:
     card_trained: ClassVar[str] = "with masked language modeling"  # "pretrained ... by mlmtrain" in the card
     card_usage: ClassVar[str] = FILL_MASK_USAGE  # the card's "How to load" code
 
-    def __init__(self, cfg: Config, vocab: VocabInfo) -> None:
+    def __init__(self, cfg: Config, vocab: VocabInfo, bases: Optional[Mapping[str, Base]] = None) -> None:
         self.cfg, self.vocab = cfg, vocab
+        self.bases = dict(bases or {})  # the models the config names, read once (by config key), where resolved
         # training FLOPs per input token of the trained module(s): train.max_flops counts them
         self.flops_per_token = round(self.training_flops_per_token())
 
-    # --- what it builds, and a checkpoint of it
+    def base(self, key: str) -> Base:
+        """The model config key `key` names (model.init_from, distill.teacher), read once."""
+        if key not in self.bases:
+            self.bases[key] = read_base(getattr(getattr(self.cfg, key.split(".")[0]), key.split(".")[1]), key)
+        return self.bases[key]
+
+    # --- its config, and the models it names
 
     @classmethod
-    def resolve_models(cls, cfg: Config, check_weights: bool = True) -> None:
-        """Fill `cfg` from the models its own section names, refusing what conflicts (before anything is written);
-        `check_weights` false reads their config.json only. Nothing for most objectives."""
+    def check_config(cls, cfg: Config) -> None:
+        """UserError for a config this objective cannot train, beyond each section's own rules. Nothing for most."""
+
+    @classmethod
+    def resolve_models(cls, cfg: Config, check_weights: bool = True) -> dict[str, Base]:
+        """Fill `cfg` from the models its own section names, refusing what conflicts (before anything is written),
+        and return them by config key, read; `check_weights` false reads their config.json only. Nothing for most
+        objectives."""
+        return {}
+
+    # --- what it builds, and a checkpoint of it
 
     def build(self) -> Any:
         """A freshly initialised model of the objective: what the optimizer steps and checkpoints save (seed torch
         first for reproducible weights)."""
         raise NotImplementedError
 
-    def load(self, folder: Any, family: Family) -> Any:
-        """The model a checkpoint folder holds (for resume), loaded as its `family` loads, with the config's
-        dropout."""
+    def load(self, saved: ModelFolder, family: Family) -> Any:
+        """The model a checkpoint folder holds (for resume; `saved`: read once), loaded as its `family` loads, with the
+        config's dropout."""
         raise NotImplementedError
 
     def planned_models(self, decided: dict[str, str]) -> dict[str, tuple[Any, dict[str, str]]]:
@@ -93,13 +117,6 @@ class Objective:
 
     def restore_training_state(self, trained: Any, saved: dict[str, Any]) -> None:
         """Put back into `trained` (loaded by `load`) what `training_state` kept in a checkpoint's training state."""
-
-    @classmethod
-    def config_class(cls, cfg: Config) -> Any:
-        """The transformers config class of the saved model(s) of a run of `cfg`."""
-        from transformers import BertConfig
-
-        return BertConfig
 
     # --- what a step reads and optimises
 

@@ -12,33 +12,28 @@ from typing import Any
 import torch
 
 from mlmtrain.config import Config, ModelConfig
-from mlmtrain.data.masking import IGNORE_INDEX, VocabInfo
+from mlmtrain.data.masking import IGNORE_INDEX
 from mlmtrain.errors import UserError
 from mlmtrain.model.bert import build_model, flops_per_token
 from mlmtrain.model.distill import Distillation, DistilledStudent, projection_for, projects
-from mlmtrain.model.families import Family, keep_layers, shape_of
-from mlmtrain.train.init_from import base_config, base_family, base_folder, check_base, take_shape, take_tokenizer
+from mlmtrain.model.families import Family, keep_layers, kept_layers_config, shape_of
+from mlmtrain.runtime.model_folder import ModelFolder, transformers_config
+from mlmtrain.train.base_model import Base, check_base, read_base, take_shape, take_tokenizer
 from mlmtrain.train.objectives.base import Blocks, Evaluation
 from mlmtrain.train.objectives.mlm import MaskedLanguageModel
+from mlmtrain.train.precision import resolve_precision
 
 KEY = "distill.teacher"
 PROJECTION = "distill_projection"  # the training state's entry of the hidden-state projection
 
 
-def teacher_config(cfg: Config) -> dict[str, Any]:
-    """The teacher's config.json, checked as a masked LM of a family mlmtrain reads."""
+def resolve_teacher(cfg: Config, check_weights: bool = True) -> Base:
+    """The teacher, read once; its tokenizer as the run's; with distill.init teacher-layers its widths and positions
+    as the model's, and half its layers unless model.num_layers says how many; UserError for what conflicts."""
     name = cfg.distill.teacher
-    return base_config(base_folder(name, KEY), name, KEY)
-
-
-def resolve_teacher(cfg: Config, check_weights: bool = True) -> None:
-    """The teacher's tokenizer as the run's; with distill.init teacher-layers its widths and positions as the
-    model's, and half its layers unless model.num_layers says how many; UserError for what conflicts."""
-    name = cfg.distill.teacher
-    config = check_base(name, KEY) if check_weights else teacher_config(cfg)
-    family = base_family(config)
-    take_tokenizer(cfg.tokenizer, config, name, KEY)
-    positions = family.positions(config)
+    teacher = check_base(name, KEY) if check_weights else read_base(name, KEY)
+    take_tokenizer(cfg.tokenizer, teacher)
+    positions = teacher.positions()
     if cfg.data.seq_len > positions:
         raise UserError(
             "config",
@@ -46,9 +41,9 @@ def resolve_teacher(cfg: Config, check_weights: bool = True) -> None:
             f"data.seq_len to {positions} or less",
         )
     if cfg.distill.init == "teacher-layers":
-        layers = config[family.shape["num_layers"]]
+        layers = teacher.config[teacher.family.shape["num_layers"]]
         wanted = cfg.model.num_layers if cfg.set_by_user("model.num_layers") else max(1, layers // 2)
-        take_shape(cfg, config, name, family, KEY, " or set distill.init: scratch", skip=("num_layers",))
+        take_shape(cfg, teacher, " or set distill.init: scratch", skip=("num_layers",))
         if wanted > layers:
             raise UserError(
                 "config",
@@ -57,6 +52,7 @@ def resolve_teacher(cfg: Config, check_weights: bool = True) -> None:
             )
         cfg.model.num_layers = wanted
     cfg.validate()
+    return teacher
 
 
 def kept_layers(student_layers: int, teacher_layers: int) -> list[int]:
@@ -67,6 +63,9 @@ def kept_layers(student_layers: int, teacher_layers: int) -> list[int]:
 
 class Distill(MaskedLanguageModel):
     name = "distill"
+    summary = "MLM taught by a bigger masked LM (settings in the distill section)"
+    architectures = ("bert",)
+    builds = "a student from scratch is a BERT, one from the teacher's layers the teacher's family"
     term_names = ("mlm_loss", "distill_loss", "hidden_loss")
     continues_a_model = False
     within_documents = False  # its step module encodes the student and the teacher across the whole block
@@ -74,21 +73,37 @@ class Distill(MaskedLanguageModel):
     card_trained = "with knowledge distillation from a teacher masked LM"
     card_teacher_key = KEY
 
-    def __init__(self, cfg: Config, vocab: VocabInfo) -> None:
-        self.teacher_config = teacher_config(cfg)  # read before the FLOPs, which count the teacher's forward
-        super().__init__(cfg, vocab)
+    @property
+    def teacher(self) -> Base:
+        return self.base(KEY)
+
+    @property
+    def teacher_config(self) -> dict[str, Any]:
+        return self.teacher.config
 
     @classmethod
-    def resolve_models(cls, cfg: Config, check_weights: bool = True) -> None:
-        resolve_teacher(cfg, check_weights)
+    def check_config(cls, cfg: Config) -> None:
+        """A teacher is named, and the student does not also continue a model."""
+        if not cfg.distill.teacher:
+            raise UserError(
+                "config",
+                "distill.teacher is not set, and train.objective distill needs a teacher; set distill.teacher to a "
+                "masked LM's folder or hub name",
+            )
+        if cfg.model.init_from:
+            raise UserError(
+                "config",
+                "model.init_from is set with train.objective distill; the student starts from scratch or from the "
+                "teacher's layers (distill.init: teacher-layers): drop model.init_from",
+            )
+
+    @classmethod
+    def resolve_models(cls, cfg: Config, check_weights: bool = True) -> dict[str, Base]:
+        return {KEY: resolve_teacher(cfg, check_weights)}
 
     def load_teacher(self) -> Any:
-        """The teacher's masked LM, in float32."""
-        from mlmtrain.model.context import quiet_transformers
-
-        folder = base_folder(self.cfg.distill.teacher, KEY)
-        with quiet_transformers():
-            return base_family(self.teacher_config).load(folder, self.cfg.model).float()  # float32, as trained
+        """The teacher's masked LM, in float32 (as trained)."""
+        return self.teacher.load(self.cfg)
 
     def teacher_shape(self) -> ModelConfig:
         """The teacher's shape as a model section."""
@@ -110,18 +125,18 @@ class Distill(MaskedLanguageModel):
             student, projection_for(self.cfg.model.hidden_size, teacher_width, self.cfg.distill.hidden_weight)
         )
 
-    def load(self, folder: Any, family: Family) -> Any:
-        return self.with_projection(super().load(folder, family))  # the projection from the training state
+    def load(self, saved: ModelFolder, family: Family) -> Any:
+        return self.with_projection(super().load(saved, family))  # the projection from the training state
 
     def planned_models(self, decided: dict[str, str]) -> dict[str, tuple[Any, dict[str, str]]]:
         if self.cfg.distill.init != "teacher-layers":
             return super().planned_models(decided)
-        layers = {"num_hidden_layers": self.cfg.model.num_layers}  # a BERT teacher's: others are not compared
-        return {"": (self.config_class(self.cfg).from_dict({**self.teacher_config, **layers}), decided)}
+        # the teacher's model, of its family, with the student's layers
+        teacher_layers = self.teacher_config[self.teacher.family.shape["num_layers"]]
+        kept = kept_layers_config(self.teacher_config, kept_layers(self.cfg.model.num_layers, teacher_layers))
+        return {"": (transformers_config({**self.teacher_config, **kept}), decided)}
 
     def step_module(self, trained: Any) -> torch.nn.Module:
-        from mlmtrain.train.precision import resolve_precision
-
         device = next(trained.parameters()).device
         teacher = self.load_teacher().to(device)
         if resolve_precision(self.cfg.train.precision, device).dtype == torch.bfloat16:

@@ -11,6 +11,7 @@ import torch
 
 from mlmtrain.config import Config
 from mlmtrain.data.masking import IGNORE_INDEX, VocabInfo, mean_rate
+from mlmtrain.errors import UserError
 from mlmtrain.model.bert import flops_per_token, padded_vocab_size
 from mlmtrain.model.electra import (
     GENERATOR_DIR,
@@ -22,11 +23,31 @@ from mlmtrain.model.electra import (
     scored_positions,
 )
 from mlmtrain.model.families import Family
+from mlmtrain.report.curves import Curve
+from mlmtrain.runtime.model_folder import ModelFolder
+from mlmtrain.train.base_model import Base
 from mlmtrain.train.objectives.base import Blocks, Evaluation, Objective
 
 
 class Electra(Objective):
     name = "electra"
+    summary = "replaced-token detection (settings in the electra section)"
+    builds = "a pair of BERT encoders"
+    curves = (
+        Curve(
+            "eval-generator",
+            "ELECTRA generator perplexity (validation)",
+            ("eval_generator_perplexity",),
+            "perplexity",
+            log_y=True,
+        ),
+        Curve(
+            "eval-discriminator",
+            "ELECTRA replaced-token detection (validation)",
+            ("eval_discriminator_accuracy", "eval_precision", "eval_recall", "eval_auc"),
+            "score",
+        ),
+    )
     term_names = ("generator_loss", "discriminator_loss")
     model_type = "electra"
     architecture = "ElectraForPreTraining"
@@ -42,15 +63,27 @@ class Electra(Objective):
         "encoder = AutoModel.from_pretrained(MODEL)  # for fine-tuning: AutoModelForSequenceClassification\n"
     )
 
-    def __init__(self, cfg: Config, vocab: VocabInfo) -> None:
-        super().__init__(cfg, vocab)
+    def __init__(self, cfg: Config, vocab: VocabInfo, bases: Optional[Mapping[str, Base]] = None) -> None:
+        super().__init__(cfg, vocab, bases)
         self.is_special = vocab.is_special(torch.arange(vocab.vocab_size))  # specials are never scored
 
     def build(self) -> Any:
         return build_electra(self.cfg, self.vocab)
 
-    def load(self, folder: Any, family: Family) -> Any:
-        return load_electra(folder, self.cfg, self.vocab, **family.dropout_settings(self.cfg.model))
+    @classmethod
+    def check_config(cls, cfg: Config) -> None:
+        """The generator's share of the model's width keeps its heads whole."""
+        shape = cfg.electra.generator_shape(cfg.model)
+        if shape["hidden_size"] % shape["num_heads"]:
+            raise UserError(
+                "config",
+                f"electra.generator_size gives a generator of hidden size {shape['hidden_size']} and "
+                f"{shape['num_heads']} heads, which do not divide; choose a share that keeps hidden size / heads whole "
+                "(e.g. 0.25 or 0.5)",
+            )
+
+    def load(self, saved: ModelFolder, family: Family) -> Any:
+        return load_electra(saved, self.cfg, self.vocab, family.dropout_settings(self.cfg.model))
 
     def planned_models(self, decided: dict[str, str]) -> dict[str, tuple[Any, dict[str, str]]]:
         discriminator, generator = electra_configs(self.cfg, self.vocab)
@@ -62,12 +95,6 @@ class Electra(Objective):
             "": (discriminator, decided),
             GENERATOR_DIR: (generator, {**decided, **by_generator, "num_hidden_layers": layers}),
         }
-
-    @classmethod
-    def config_class(cls, cfg: Config) -> Any:
-        from transformers import ElectraConfig
-
-        return ElectraConfig
 
     def step_module(self, trained: Any) -> torch.nn.Module:
         return trained  # ElectraPretraining's own forward returns both sums

@@ -8,38 +8,39 @@ from typing import Any
 
 import torch
 
-from mlmtrain.config import Config
 from mlmtrain.data.masking import MaskingCollator, mean_rate
-from mlmtrain.model.architectures import architecture_of
+from mlmtrain.evaluate.perplexity import evaluate_blocks
+from mlmtrain.model.architectures import ARCHITECTURES, architecture_of
 from mlmtrain.model.bert import MaskedLM
 from mlmtrain.model.families import Family
+from mlmtrain.runtime.model_folder import ModelFolder, transformers_config
+from mlmtrain.train.base_model import KEY as BASE_KEY
+from mlmtrain.train.base_model import load_base_model
 from mlmtrain.train.objectives.base import Blocks, Evaluation, Objective
 
 
 class MaskedLanguageModel(Objective):
     name = "mlm"
+    summary = "masked language modeling"
     architecture = "BertForMaskedLM"
+    architectures = tuple(ARCHITECTURES)  # every architecture mlmtrain builds
     continues_a_model = True
     within_documents = True
     saves_any_family = True  # a continued base's
 
     def build(self) -> Any:
         if self.cfg.model.init_from:
-            from mlmtrain.train.init_from import load_base_model
-
-            return load_base_model(self.cfg)
+            return load_base_model(self.cfg, self.base(BASE_KEY))
         return architecture_of(self.cfg.model).build(self.cfg.model, self.vocab)
 
-    def load(self, folder: Any, family: Family) -> Any:
-        return family.load(folder, self.cfg.model)  # the masked LM of the checkpoint's family (a continued base's)
-
-    @classmethod
-    def config_class(cls, cfg: Config) -> Any:
-        import transformers
-
-        return getattr(transformers, architecture_of(cfg.model).config_class)
+    def load(self, saved: ModelFolder, family: Family) -> Any:
+        return family.load(saved, self.cfg.model)  # the masked LM of the checkpoint's family (a continued base's)
 
     def planned_models(self, decided: dict[str, str]) -> dict[str, tuple[Any, dict[str, str]]]:
+        if self.cfg.model.init_from:  # the base's own model, with rows for the words the tokenizer added
+            base = self.base(BASE_KEY)
+            rows = max(base.config["vocab_size"], self.vocab.vocab_size)
+            return {"": (transformers_config({**base.config, "vocab_size": rows}), dict.fromkeys(decided, BASE_KEY))}
         return {"": (architecture_of(self.cfg.model).config(self.cfg.model, self.vocab), decided)}
 
     def step_module(self, trained: Any) -> torch.nn.Module:
@@ -67,8 +68,6 @@ class MaskedLanguageModel(Objective):
     def evaluate(
         self, trained: Any, blocks: Blocks, indices: Sequence[int], on: Evaluation
     ) -> tuple[dict[str, Any], str]:
-        from mlmtrain.evaluate.perplexity import evaluate_blocks
-
         masking, seed = self.fixed_masks()
         result = evaluate_blocks(
             trained,

@@ -7,11 +7,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
+from transformers import BertForPreTraining
 
+from mlmtrain.config import Config
 from mlmtrain.data.masking import IGNORE_INDEX
 from mlmtrain.data.store import TokenStore
+from mlmtrain.errors import UserError
 from mlmtrain.model.families import Family
-from mlmtrain.model.pairs import PairPretraining, build_pretraining, evaluate_pairs, pair_windows
+from mlmtrain.model.pairs import MIN_SEGMENT, PairPretraining, build_pretraining, evaluate_pairs, pair_windows
+from mlmtrain.report.curves import Curve
+from mlmtrain.runtime.model_folder import ModelFolder
 from mlmtrain.train.objectives.base import Blocks, Evaluation
 from mlmtrain.train.objectives.mlm import MaskedLanguageModel
 
@@ -22,6 +27,13 @@ class SentencePairs(MaskedLanguageModel):
     next_sentence: ClassVar[bool]  # NSP: a false B comes from another document; SOP: A and B swap
     term_names = ("mlm_loss", "pair_loss", "pair_accuracy")
     architecture = "BertForPreTraining"  # both train (and save) BERT's pre-training heads
+    architectures = ("bert",)
+    builds = "BERT's pooler and pair head"
+    curves = (
+        Curve(
+            "pair-accuracy", "Sentence-pair accuracy (NSP / SOP)", ("pair_accuracy", "eval_pair_accuracy"), "accuracy"
+        ),
+    )
     continues_a_model = False
     within_documents = False  # a pair's two segments attend to each other
     saves_any_family = False
@@ -29,10 +41,25 @@ class SentencePairs(MaskedLanguageModel):
     def build(self) -> Any:
         return build_pretraining(self.cfg.model, vocab_size=self.vocab.vocab_size, pad_id=self.vocab.pad_id)
 
-    def load(self, folder: Any, family: Family) -> Any:
-        from transformers import BertForPreTraining
+    @classmethod
+    def check_config(cls, cfg: Config) -> None:
+        """Sentence pairs are cut from the token store's documents, two segments of MIN_SEGMENT tokens or more."""
+        shortest = 3 + 2 * MIN_SEGMENT
+        if cfg.data.seq_len < shortest:
+            raise UserError(
+                "config",
+                f"data.seq_len ({cfg.data.seq_len}) is too short for two segments of train.objective {cls.name}: "
+                f"[CLS] A [SEP] B [SEP] needs at least {shortest}; raise data.seq_len",
+            )
+        if not cfg.data.use_store:
+            raise UserError(
+                "config",
+                f"data.use_store is false, but train.objective {cls.name} cuts its pairs from the token store; set "
+                "data.use_store: true",
+            )
 
-        return family.load(folder, self.cfg.model, BertForPreTraining)  # BERT's pre-training heads
+    def load(self, saved: ModelFolder, family: Family) -> Any:
+        return family.load(saved, self.cfg.model, BertForPreTraining)  # BERT's pre-training heads
 
     def step_module(self, trained: Any) -> torch.nn.Module:
         return PairPretraining(trained, sparse_head=self.cfg.model.sparse_head)
@@ -75,9 +102,11 @@ class SentencePairs(MaskedLanguageModel):
 
 class NextSentence(SentencePairs):
     name = "mlm+nsp"
+    summary = "MLM on sentence pairs plus BERT's next-sentence prediction"
     next_sentence = True
 
 
 class SentenceOrder(SentencePairs):
     name = "mlm+sop"
+    summary = "MLM on sentence pairs plus ALBERT's sentence-order prediction"
     next_sentence = False
