@@ -28,7 +28,7 @@ from mlmtrain.report.page import build_page
 from mlmtrain.report.rundata import load_run
 from mlmtrain.train.ownership import foreign_files
 
-from ..helpers import WORDS, assert_one_error_line, run_cli
+from ..helpers import WORDS, assert_one_error_line, run_cli, snapshot
 
 # The rows of "GLUE scores on the test set" as google-research/bert's README prints them (commit eedf571, the
 # "Smaller BERT Models" release of 2020-03-11), copied as text: the reference table must say what they say.
@@ -300,6 +300,36 @@ def test_a_scorecard_never_replaces_a_file_mlmtrain_did_not_write(
     code, err = run_cli(capsys, "probe", "--model", model, "--suite", str(file), "--out", str(out), *FAST)
     assert code == 2 and out.read_text() == '{"mine": true}\n'
     assert_one_error_line(err, str(out), "not a scorecard mlmtrain wrote", "--out")
+
+
+def test_a_scorecard_out_inside_what_it_reads_is_refused_before_any_work(
+    finished_run: Path, glue_like: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """--out apart from the model, the suite file and every task folder, through links too: one line before any
+    fine-tuning (the suite file, today taken for "not a scorecard", is named as what it is); the fix works."""
+    model = finished_run / "checkpoints" / "latest"
+    single = Path(shutil.copytree(glue_like["single"], tmp_path / "single"))
+    file = write_suite(tmp_path / "suite.yaml", {"single": single})
+    (tmp_path / "to-model").symlink_to(model)
+    cases = {
+        model / "card.json": f"lies inside --model {model}",
+        tmp_path / "to-model" / "card.json": "lies inside --model",
+        file: f"is --suite {file}",
+        single / "card.json": f"lies inside task 'single' {single}",
+    }
+    before = {folder: snapshot(folder) for folder in (finished_run, single)}
+    for out, needle in cases.items():
+        code, err = run_cli(capsys, "probe", "--model", str(model), "--suite", str(file), "--out", str(out), *FAST)
+        assert code == 2, (out, err)
+        assert_one_error_line(err, f"--out {out}", needle, "pass --out a .json file outside it")
+        assert "scorecard: task" not in "\n".join(err)  # refused before any fine-tuning
+    assert {folder: snapshot(folder) for folder in before} == before
+    out = tmp_path / "card.json"
+    code, err = run_cli(
+        capsys, "probe", "--model", str(model), "--suite", str(file), "--out", str(out), "--seeds", "1", *FAST
+    )
+    assert code == 0, err
+    assert json.loads(out.read_text())["finished"]
 
 
 def test_an_unreachable_hub_task_is_one_line_naming_it(

@@ -58,9 +58,7 @@ def test_tokenize_refuses_to_replace_a_folder_of_the_users(
     write_corpus(mine / "train.txt", 200, seed=1)
     (mine / "notes.md").write_text("my notes")
     before = snapshot(mine)
-    options = set_options(
-        tiny_data, tmp_path / "run", **{"data.train": str(mine / "train.txt"), "data.store": str(mine)}
-    )
+    options = set_options(tiny_data, tmp_path / "run", **{"data.store": str(mine)})
     code, lines = run_cli(capsys, "tokenize", *options)
     assert code == 2
     assert_one_error_line(lines, "mlmtrain: data: data.store", str(mine), "notes.md", "new folder")

@@ -17,7 +17,7 @@ import torch
 
 from mlmtrain.data.tokenizer import TOKENIZER_FILES, load_tokenizer, tokenizer_fingerprint
 from mlmtrain.errors import UserError, first_line
-from mlmtrain.runtime.files import check_replaceable, replace_folder
+from mlmtrain.runtime.files import check_apart, check_replaceable, replace_folder
 from mlmtrain.runtime.model_folder import model_config
 from mlmtrain.tools.arguments import check_count
 from mlmtrain.train.ownership import COMPLETE, checkpoints_dir, complete_checkpoints
@@ -42,8 +42,9 @@ class Averaged:
 def average_checkpoints(sources: list[Path], out: Path, last: Optional[int] = None) -> Averaged:
     """Write the mean of the checkpoints `sources` (with `last`: the `last` newest complete checkpoints of the one run
     folder `sources` names) into `out`; UserError, with nothing written, for checkpoints that cannot be averaged or an
-    `out` that is not new or not `average`'s own."""
+    `out` that is not new or not `average`'s own, or that is, holds or lies inside a checkpoint averaged."""
     folders = _chosen(sources, last)
+    check_apart(out, "--out", [("checkpoint", folder) for folder in folders], "set --out to a new folder outside them")
     shapes = {folder: _tensor_shapes(folder) for folder in folders}
     first, newest = folders[0], folders[-1]
     family = _family(first)

@@ -16,12 +16,13 @@ MAX_DEMO_SAMPLES = 1_000_000  # mask-demo --samples: each share to about ±0.1 %
 def tokenize(cfg: Config) -> Path:
     """Train (or reuse) the tokenizer and encode the corpus, holding train.run_dir's lock: a pretrain running there
     reads (and may rebuild) the tokenizer and store under it, so two commands must not write them at once."""
-    from mlmtrain.data.store import tokenize_corpus
+    from mlmtrain.data.store import check_outputs_apart, tokenize_corpus
     from mlmtrain.errors import interrupt_on_sigterm
     from mlmtrain.train.guard import locked
     from mlmtrain.train.init_from import resolve_init_from
 
     resolve_init_from(cfg)  # the tokenizer of model.init_from's base is the one to use
+    check_outputs_apart(cfg)
     with locked(Path(cfg.train.run_dir)), interrupt_on_sigterm():
         return tokenize_corpus(cfg)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from mlmtrain.config import Config
+from mlmtrain.data.store import check_outputs_apart
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train.branch import check_branch
 from mlmtrain.train.init_from import base_folder, resolve_init_from, resumed_base
@@ -46,6 +47,7 @@ def resolve_run(cfg: Config, resume: Optional[str], branch_from: Optional[str] =
         ckpt.check_complete(resume_from)  # a resume reads its files; a resumed base's stand in for the base's
     resumed = resumed_base(cfg, resume_from)
     resolve_init_from(cfg, resumed=resumed)
+    check_outputs_apart(cfg)  # no folder the run writes is, holds or lies inside one it reads
     if branch is not None:
         from mlmtrain.train.resume_checks import check_model_shape  # here: resume_checks reads a ResolvedRun
 
