@@ -2,16 +2,19 @@
 
 Anything raised as `UserError` reaches the terminal as a single line
 (`mlmtrain: <topic>: <message>`) and exit code 2; everything else is a bug and keeps its traceback.
-`redact` hides credentials in any text quoted from a library or the environment; `shown` quotes a value from a
-file in a bounded number of characters.
+`redact` hides credentials in any text quoted from a library or the environment (and, once
+`redact_library_messages` is installed, in whatever a library logs or warns); `shown` quotes a value from a file in a
+bounded number of characters.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import reprlib
 import signal
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -51,6 +54,33 @@ def redact(text: str) -> str:
     for pattern, replacement in _SECRETS:
         text = pattern.sub(replacement, text)
     return text
+
+
+def redact_library_messages() -> None:
+    """From now on, every log record of any library (its message and traceback) and every warning printed goes through
+    `redact`: libraries log the URLs they request (HF_ENDPOINT with its password, in each retry line) and warn with
+    them. Installed once a process (the command line at start, the Hub's callers before they reach it)."""
+    if getattr(logging.getLogRecordFactory(), "redacts", False):
+        return
+    make_record, format_warning = logging.getLogRecordFactory(), warnings.formatwarning
+
+    def redacted_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make_record(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # arguments that do not fit the message: logging says so itself when it emits it
+            return record
+        record.msg, record.args = redact(message), ()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+        return record
+
+    def redacted_warning(*args: Any, **kwargs: Any) -> str:
+        return redact(format_warning(*args, **kwargs))
+
+    redacted_record.redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(redacted_record)
+    warnings.formatwarning = redacted_warning
 
 
 def first_line(error: BaseException) -> str:

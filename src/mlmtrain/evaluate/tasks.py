@@ -18,6 +18,7 @@ import torch
 
 from mlmtrain.data.records import Reading, Record, read_records
 from mlmtrain.errors import UserError, first_line
+from mlmtrain.runtime.hub import hub_unreachable, libraries_offline, offline_mode
 
 TASK_SUFFIXES = (".jsonl", ".csv", ".parquet")
 SPLIT_NAMES = {"train": ("train",), "valid": ("valid", "validation", "dev"), "test": ("test",)}
@@ -185,19 +186,19 @@ def _hub_records(spec: str, test_split: Optional[str] = None) -> dict[str, tuple
     if not all(parts) or len(parts) > 3:
         raise _task_error(f"--task {spec!r} must look like hf:NAME, hf:NAME/CONFIG or hf:ORG/NAME/CONFIG")
     name, config = ("/".join(parts[:2]), parts[2]) if len(parts) == 3 else (parts[0], parts[1] if parts[1:] else None)
-    import datasets
-
-    from mlmtrain.runtime.hub import hub_unreachable, offline_mode
+    import datasets  # imported here: a slow import that local tasks do not need
 
     # offline mode reads the datasets cache; otherwise an unreachable Hub fails at once, not after half a minute
-    unreachable = None if offline_mode() else hub_unreachable()
+    offline = offline_mode() is not None
+    unreachable = None if offline else hub_unreachable()
     if unreachable:
         raise _task_error(
             f"cannot load hub dataset {spec}: the Hugging Face Hub is unreachable ({unreachable}); a task folder in "
             "its column layout works offline (or HF_DATASETS_OFFLINE=1 reads what the datasets cache holds)"
         )
     try:
-        loaded = datasets.load_dataset(name, config)
+        with libraries_offline(offline):
+            loaded = datasets.load_dataset(name, config)
     except Exception as error:  # not found, offline, gated: many types, one meaning for the user
         raise _task_error(
             f"cannot load hub dataset {spec}: {first_line(error)}; a task folder in its column layout works offline"

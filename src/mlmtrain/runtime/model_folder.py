@@ -14,6 +14,7 @@ from typing import Any, Optional, Union
 
 from mlmtrain.errors import UserError, shown
 from mlmtrain.readers import read_json
+from mlmtrain.runtime.hub import hub_unreachable
 
 CONFIG = "config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -80,8 +81,12 @@ def check_folder(source: Union[str, Path]) -> None:
 
 def from_pretrained(loader: Callable[..., Any], source: Union[str, Path], **kwargs: Any) -> Any:
     """`loader.from_pretrained(source, **kwargs)` (a transformers class: AutoConfig, AutoTokenizer, a model) with no
-    code of the folder's ever run: `check_folder` first, and trust_remote_code=False for what it cannot see."""
+    code of the folder's ever run: `check_folder` first, and trust_remote_code=False for what it cannot see. A Hub
+    name is read from the cache alone in offline mode, as every library is told, or when the Hub is out of reach (at
+    once, rather than after half a minute of retries)."""
     check_folder(source)
+    if not Path(source).expanduser().is_dir() and hub_unreachable():
+        kwargs.setdefault("local_files_only", True)
     return loader.from_pretrained(str(source), trust_remote_code=False, **kwargs)
 
 
