@@ -17,7 +17,7 @@ import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Optional
 
 
 class UserError(Exception):
@@ -112,6 +112,16 @@ def shown(value: Any, limit: int = 40) -> str:
     except ValueError:  # an integer of thousands of digits inside a list
         text = f"a {type(value).__name__} holding an integer of thousands of digits"
     return text if len(text) <= limit + 20 else f"{text[:limit]}..."
+
+
+_UNSAFE_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")  # torch's words for an object weights_only refuses
+
+
+def refused_pickle(error: BaseException) -> Optional[str]:
+    """The Python object (its dotted name) that torch's `weights_only` load refused to build from a pickle: the file
+    was never unpickled, so nothing in it ran; None for any other error."""
+    found = _UNSAFE_GLOBAL.search(str(error))
+    return found.group(1) if found else None
 
 
 def loader_worker_died(error: BaseException) -> bool:

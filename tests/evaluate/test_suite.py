@@ -40,6 +40,7 @@ SOURCE_ROWS = """\
 |BERT-Medium|73.5|38.0|89.6|86.6/81.6|80.4/78.4|69.6/87.9|80.0|79.1|87.7|62.2|62.3|30.5|
 """
 SETTINGS = {"epochs": 1, "batch_size": 8, "max_length": 32, "lr": 1e-3}
+FAST_API = {**SETTINGS, "device": "cpu"}
 FAST = ("--epochs", "1", "--batch-size", "8", "--max-length", "32", "--lr", "1e-3", "--device", "cpu")
 
 
@@ -233,6 +234,42 @@ def test_an_interrupted_suite_keeps_its_finished_seeds_and_resume_does_only_the_
     resumed = api.scorecard(model, str(file), seeds=2, out=out, resume=True, device="cpu", **SETTINGS)
     assert calls == [0, 1]  # only the second task's seeds
     assert figures_of(resumed) == figures_of(whole) and resumed["average"] == whole["average"]
+
+
+def test_a_resumed_scorecard_knows_its_model_by_its_weights_not_its_name(
+    finished_run: Path, glue_like: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scorecard interrupted on RUN/checkpoints/latest, resumed once the run moved on (latest names another step):
+    refused, since its seeds would be two models'; resumed with --model the step it scored (another name, the same
+    weights), it finishes with that model's seeds alone, as a scorecard never interrupted does."""
+    checkpoints = finished_run / "checkpoints"
+    latest = checkpoints / "latest"
+    latest.unlink()
+    latest.symlink_to("step-2")  # the run at step 2
+    file = write_suite(tmp_path / "suite.yaml", {"single": glue_like["single"]})
+    whole = api.scorecard(checkpoints / "step-2", str(file), seeds=2, out=tmp_path / "whole.json", **FAST_API)
+    real = suite_module.probe_encoder
+
+    def interrupted_at_the_second(*args: Any, **kwargs: Any) -> Any:
+        if args[3].seed == 1:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    out = tmp_path / "scores.json"
+    with monkeypatch.context() as patched:
+        patched.setattr(suite_module, "probe_encoder", interrupted_at_the_second)
+        with pytest.raises(KeyboardInterrupt):
+            api.scorecard(latest, str(file), seeds=2, out=out, **FAST_API)
+    kept = json.loads(out.read_text())
+    latest.unlink()
+    latest.symlink_to("step-4")  # the run moved on
+    with pytest.raises(UserError, match="scored other weights .* resume with --model naming the model it scored"):
+        api.scorecard(latest, str(file), seeds=2, out=out, resume=True, **FAST_API)
+    assert json.loads(out.read_text()) == kept
+    resumed = api.scorecard(checkpoints / "step-2", str(file), seeds=2, out=out, resume=True, **FAST_API)
+    assert resumed["finished"] and figures_of(resumed) == figures_of(whole)
+    fresh = api.scorecard(latest, str(file), seeds=1, out=tmp_path / "new.json", **FAST_API)  # the other fix
+    assert fresh["finished"] and fresh["weights"] != resumed["weights"]
 
 
 def test_the_checkpoints_card_and_report_show_its_scorecard(

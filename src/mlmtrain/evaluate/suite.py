@@ -177,13 +177,15 @@ def protocol(settings: ProbeSettings, seeds: Sequence[int]) -> dict[str, Any]:
 
 
 def open_scorecard(
-    path: Path, model: str, suite: str, tasks: list[SuiteTask], plan: dict[str, Any], resume: bool
+    path: Path, model: str, weights: str, suite: str, tasks: list[SuiteTask], plan: dict[str, Any], resume: bool
 ) -> Scorecard:
-    """The scorecard to fill: a new one, or (resume) the one at `path`, refused unless it scored the same model on
-    the same tasks under the same protocol. An unfinished one is never started afresh without --resume."""
+    """The scorecard to fill: a new one, or (resume) the one at `path`, refused unless it scored the same model (by
+    its `weights`' fingerprint, not its name: a checkpoints/latest may have moved on) on the same tasks under the same
+    protocol. An unfinished one is never started afresh without --resume."""
     record = {
         "generator": GENERATOR,
         "model": published_value("model.init_from", model),  # by name, as a checkpoint keeps every path
+        "weights": weights,  # what the model is: runtime.model_folder.weights_fingerprint
         "suite": published_value("probe.task", suite),
         "protocol": plan,
         "tasks": {task.name: {**task.described(), "metric": task.metric, "runs": []} for task in tasks},
@@ -202,7 +204,14 @@ def open_scorecard(
         return Scorecard(path, record)
     if not existing:
         raise UserError("argument", f"--resume: there is no scorecard at {path} to finish; run without --resume")
-    for key, what in (("model", "model"), ("protocol", "protocol"), ("suite", "suite")):
+    if existing.get("weights") != weights:
+        raise UserError(
+            "argument",
+            f"--resume: {path} scored other weights ({shown(existing.get('model'), 60)}) than {model} holds now (a "
+            "checkpoints/latest that moved on, a folder written again), and a scorecard never mixes two models' "
+            "seeds; resume with --model naming the model it scored, or pass --out NEW_FILE.json to start afresh",
+        )
+    for key, what in (("protocol", "protocol"), ("suite", "suite")):
         if existing.get(key) != record[key]:
             raise UserError(
                 "argument",

@@ -1,19 +1,22 @@
-"""Whether the Hugging Face Hub can be reached, asked once before a hub download: an offline machine gets one line
+"""The Hugging Face Hub: whether it can be reached, asked once before a hub download: an offline machine gets one line
 at once, instead of a dozen lines of retries over half a minute. "Offline" is decided here alone, from every variable
 the Hugging Face libraries read, and every library is then told the same; their messages go through the redaction.
+A Hub model is read from its local snapshot (`hub_model_folder`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Optional
 from urllib.parse import urlparse
 
-from mlmtrain.errors import redact_library_messages
+from mlmtrain.errors import UserError, first_line, redact_library_messages
 
 _TRUE = {"1", "true", "yes", "on"}
 # what each library reads: huggingface_hub HF_HUB_OFFLINE (else TRANSFORMERS_OFFLINE), datasets HF_DATASETS_OFFLINE
@@ -63,3 +66,33 @@ def hub_unreachable() -> Optional[str]:
     except OSError as error:
         return f"{host}:{port}: {error.strerror or error}"
     return None
+
+
+# a model's config, tokenizer (WordPiece, BPE merges, SentencePiece) and weights; not TF / Flax / ONNX copies
+_MODEL_FILES = ["*.json", "vocab.txt", "merges.txt", "*.model", "*.safetensors"]
+
+
+@functools.cache  # once a process: a run asks for a base's folder to check it, load it, read its pooler
+def hub_model_folder(name: str, topic: str, key: str) -> Path:
+    """The local snapshot of the Hub model `name` that option `key` names (downloaded, or from the cache offline or
+    out of reach): its config, tokenizer and safetensors weights, or an older repository's PyTorch weights when it
+    has none; a UserError of `topic` naming `key` when it cannot be had."""
+    from huggingface_hub import snapshot_download
+
+    unreachable = hub_unreachable()
+    try:
+        folder = Path(snapshot_download(name, allow_patterns=_MODEL_FILES, local_files_only=unreachable is not None))
+        if not any(folder.glob("*.safetensors")):  # an older repository: PyTorch weights only
+            patterns = [*_MODEL_FILES, "pytorch_model*.bin"]
+            folder = Path(snapshot_download(name, allow_patterns=patterns, local_files_only=unreachable is not None))
+    except Exception as error:  # not found, gated, network: many types, one meaning
+        if unreachable:
+            raise UserError(
+                topic,
+                f"{key} {name}: the Hugging Face Hub is unreachable ({unreachable}) and {name} is not in the local "
+                "cache; pass a local model folder, or run once online",
+            ) from None
+        raise UserError(
+            topic, f"{key} {name} cannot be downloaded from the Hugging Face Hub ({first_line(error)}); check the name"
+        ) from None
+    return folder

@@ -13,6 +13,8 @@ from mlmtrain.evaluate.suite import SUITES, open_scorecard, protocol, read_suite
 from mlmtrain.probe_settings import SCORECARD_FILE as SCORECARD
 from mlmtrain.probe_settings import ProbeSettings
 from mlmtrain.runtime.files import check_apart, check_writable_folder, local_inputs
+from mlmtrain.runtime.hub import hub_model_folder
+from mlmtrain.runtime.model_folder import weights_fingerprint
 from mlmtrain.runtime.progress import say
 from mlmtrain.tools.arguments import check_count, device_option
 from mlmtrain.tools.probe import check_settings, load_encoder
@@ -43,6 +45,15 @@ def scorecard_place(model: str, out: Optional[Path], inputs: list[tuple[str, Pat
     )
 
 
+def scored_model(model: str) -> tuple[str, str]:
+    """(the model a scorecard names, its weights' fingerprint): a folder by the one its links lead to (the step a
+    checkpoints/latest names now), a Hub name as it is, read from its local snapshot."""
+    folder = Path(model).expanduser()
+    if folder.is_dir():
+        return str(folder.resolve()), weights_fingerprint(folder)
+    return model, weights_fingerprint(hub_model_folder(model, "model", "--model"))
+
+
 def scorecard(
     model: str,
     suite: str,
@@ -68,7 +79,8 @@ def scorecard(
     read = [("--model", model), ("--suite", suite if suite not in SUITES else None)]
     path, checkpoint = scorecard_place(model, out, local_inputs(read + [(f"task {t.name!r}", t.task) for t in tasks]))
     seed_list = [settings.seed + i for i in range(seeds)]
-    card = open_scorecard(path, str(model), name, tasks, protocol(settings, seed_list), resume)
+    scored, weights = scored_model(model)
+    card = open_scorecard(path, scored, weights, name, tasks, protocol(settings, seed_list), resume)
     check_writable_folder(path.parent, "argument", "the scorecard's folder", create=False)
     if checkpoint is not None:  # each write listed in the checkpoint's record: the folder stays provably mlmtrain's
         card.after_save = lambda: record_added(checkpoint, [SCORECARD])

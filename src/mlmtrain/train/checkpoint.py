@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import shutil
 import uuid
 from pathlib import Path
@@ -26,7 +25,7 @@ from safetensors import SafetensorError
 
 from mlmtrain.config import Config, save_config
 from mlmtrain.data.tokenizer import save_tokenizer_files
-from mlmtrain.errors import UserError, first_line
+from mlmtrain.errors import UserError, first_line, refused_pickle
 from mlmtrain.model.pooler import add_pooler
 from mlmtrain.runtime.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.runtime.files import write_failure
@@ -45,7 +44,6 @@ from mlmtrain.train.ownership import (
 
 STATE_FILE = "training_state.pt"
 _STATE_KEYS = ("train_state", "optimizer", "scaler", "rng")  # what a resume reads from the training state
-_UNSAFE_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")  # torch's words for an object weights_only refuses
 
 
 def save_checkpoint(
@@ -155,11 +153,11 @@ def load_training_state(folder: Path) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # a truncated or garbled file raises many kinds of errors
-        refused = _UNSAFE_GLOBAL.search(str(error))
+        refused = refused_pickle(error)
         if refused:  # a Python object torch will not build from a file: never unpickled, so nothing in it ran
             raise UserError(
                 "checkpoint",
-                f"{path} holds a Python object ({refused.group(1)}), not only tensors and plain values (an older "
+                f"{path} holds a Python object ({refused}), not only tensors and plain values (an older "
                 "mlmtrain's format, or not mlmtrain's file); it is never unpickled, since that could run code; "
                 "resume from a checkpoint this mlmtrain wrote",
             ) from None

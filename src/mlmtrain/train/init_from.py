@@ -10,25 +10,22 @@ set to another value (even its default) is refused, dropout keys may be set. Opt
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 
 from mlmtrain.config import Config, TokenizerConfig, names_hub_repository, read_yaml, records_setting
-from mlmtrain.errors import UserError, first_line
+from mlmtrain.errors import UserError
 from mlmtrain.model.families import Family, check_within_documents, family_of, known_types, model_positions
 from mlmtrain.readers import read_json, read_saved_yaml
-from mlmtrain.runtime.hub import hub_unreachable
+from mlmtrain.runtime.hub import hub_model_folder
 from mlmtrain.runtime.model_folder import model_config
 
 KEY = "model.init_from"
 SUPPORTED = f"masked LMs of these model types: {known_types()}"
 # TokenizerConfig keys that only matter when training a new WordPiece vocabulary
 TRAINING_KEYS = ("vocab_size", "lowercase", "strip_accents", "min_frequency", "limit_alphabet")
-# config, tokenizer (WordPiece, BPE merges, SentencePiece) and weights; not TF / Flax / ONNX copies
-_HUB_FILES = ["*.json", "vocab.txt", "merges.txt", "*.model", "*.safetensors"]
 
 
 def _refuse(message: str, key: str = KEY) -> UserError:
@@ -44,33 +41,7 @@ def base_folder(name: str, key: str = KEY) -> Path:
             what = "is a file" if path.exists() else "does not exist"
             raise _refuse(f"{name} {what}; pass a model folder (config.json, weights, tokenizer) or a hub name", key)
         return path
-    return _hub_snapshot(name, key)
-
-
-@functools.cache  # once a process: a run asks for the base's folder to check it, load it, read its pooler
-def _hub_snapshot(name: str, key: str) -> Path:
-    from huggingface_hub import snapshot_download
-
-    unreachable = hub_unreachable()
-    try:
-        folder = Path(snapshot_download(name, allow_patterns=_HUB_FILES, local_files_only=unreachable is not None))
-        if not any(folder.glob("*.safetensors")):  # an older repository: PyTorch weights only
-            folder = Path(
-                snapshot_download(name, allow_patterns=[*_HUB_FILES, "pytorch_model*.bin"], local_files_only=True)
-                if unreachable
-                else snapshot_download(name, allow_patterns=[*_HUB_FILES, "pytorch_model*.bin"])
-            )
-    except Exception as error:  # not found, gated, network: many types, one meaning
-        if unreachable:
-            raise _refuse(
-                f"{name}: the Hugging Face Hub is unreachable ({unreachable}) and {name} is not in the local cache; "
-                "pass a local model folder, or run once online",
-                key,
-            ) from None
-        raise _refuse(
-            f"{name} cannot be downloaded from the Hugging Face Hub ({first_line(error)}); check the name", key
-        ) from None
-    return folder
+    return hub_model_folder(name, "config", key)
 
 
 def base_config(folder: Path, name: str, key: str = KEY) -> dict[str, Any]:
