@@ -148,10 +148,15 @@ class Family:
     # run on the selected positions alone (last_layer.py)
     bert_layout: bool = False
 
-    def masked_lm_class(self) -> Any:
+    def masked_lm_class(self, model_type: Any = None) -> Any:
+        """The class a model of this family trains and is saved as: the masked LM of its own `model_type` (an
+        XLM-RoBERTa base stays an XLMRobertaForMaskedLM, not its family's RobertaForMaskedLM), else the family's
+        first (a BertForPreTraining base continues as a BertForMaskedLM)."""
         import transformers
+        from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-        return getattr(transformers, self.masked_lm[0])
+        own = MODEL_FOR_MASKED_LM_MAPPING_NAMES.get(model_type) if model_type in self.model_types else None
+        return getattr(transformers, own if own in self.masked_lm else self.masked_lm[0])
 
     def positions(self, config: Mapping[str, Any]) -> int:
         """The longest sequence a model of this family with config.json `config` takes."""
@@ -170,11 +175,14 @@ class Family:
             raise UserError("model", f"{where} {reason}")
 
     def load(self, folder: Union[str, Path], model: ModelConfig, model_class: Any = None, **kwargs: Any) -> Any:
-        """The family's masked LM (or `model_class`) from `folder`, with `model`'s dropout and its attention."""
-        self.check_runs(model_config(folder), folder)
+        """The masked LM of the folder's own model type (`masked_lm_class`; or `model_class`) from `folder`, with
+        `model`'s dropout and its family's attention."""
+        written = model_config(folder)
+        self.check_runs(written, folder)
         if self.sdpa:
             kwargs["attn_implementation"] = "sdpa"
-        return from_pretrained(model_class or self.masked_lm_class(), folder, **self.dropout_settings(model), **kwargs)
+        model_class = model_class or self.masked_lm_class(written["model_type"])
+        return from_pretrained(model_class, folder, **self.dropout_settings(model), **kwargs)
 
 
 FAMILIES = (
