@@ -339,6 +339,30 @@ def test_a_scorecard_never_replaces_a_file_mlmtrain_did_not_write(
     assert_one_error_line(err, str(out), "not a scorecard mlmtrain wrote", "--out")
 
 
+def test_pearson_on_whole_number_labels_names_the_float_labels_that_then_score_a_regression(
+    trained_run: Path, glue_like: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Labels 0..5 written as whole numbers are classes: pearson on them is refused, naming the fix a user of STS-B
+    means (float labels: a regression) beside the other (a classification metric); written as floats, it scores."""
+    folder = tmp_path / "regression"
+    for split in ("train", "validation", "test"):
+        rows = [json.loads(line) for line in (glue_like["regression"] / f"{split}.jsonl").read_text().splitlines()]
+        _write(folder / f"{split}.jsonl", [{**row, "label": round(row["label"])} for row in rows])
+    file = write_suite(tmp_path / "suite.yaml", {"regression": folder}, regression="pearson")
+    model = str(trained_run / "checkpoints" / "latest")
+    command = ["probe", "--model", model, "--suite", str(file), "--seeds", "1", "--out", str(tmp_path / "s.json")]
+    code, err = run_cli(capsys, *command, *FAST)
+    assert code == 2
+    assert_one_error_line(err, "metric pearson does not fit its 5 classes", "write the labels as floats (3.0, not 3)")
+    for split in ("train", "validation"):  # test's labels are hidden (-1): validation is scored
+        path = folder / f"{split}.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        _write(path, [{**row, "label": float(row["label"])} for row in rows])
+    code, err = run_cli(capsys, *command, *FAST)
+    assert code == 0, err
+    assert json.loads((tmp_path / "s.json").read_text())["tasks"]["regression"]["metric"] == "pearson"
+
+
 def test_a_scorecard_out_inside_what_it_reads_is_refused_before_any_work(
     finished_run: Path, glue_like: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

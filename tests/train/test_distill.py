@@ -212,6 +212,24 @@ def test_a_bad_distillation_setting_is_refused_in_one_line_with_nothing_written(
     assert not (tmp_path / "run").exists() and not (tmp_path / "tokens").exists()
 
 
+def test_a_tokenizer_kind_beside_a_teacher_names_the_teacher_and_dropping_it_trains(
+    teacher: Path, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """tokenizer.kind bpe with train.objective distill: the teacher brings the tokenizer, and the line says so
+    (not tokenizer.pretrained or model.init_from, which the user did not set); without tokenizer.kind it trains."""
+    one_step = {"train.max_steps": 1, "train.eval_every": 0, "checkpoint.save_every": 1}
+    options = distill_options(tiny_data, teacher, tmp_path, **one_step)
+    code, lines = run_cli(
+        capsys, "pretrain", *[arg for pair in [*options, "tokenizer.kind=bpe"] for arg in ("--set", pair)]
+    )
+    assert code == 2
+    line = assert_one_error_line(lines, "tokenizer.kind (bpe)", "distill.teacher brings one; drop tokenizer.kind")
+    assert "tokenizer.pretrained" not in line and "model.init_from" not in line
+    assert not (tmp_path / "run").exists()
+    code, lines = run_cli(capsys, "pretrain", *[arg for pair in options for arg in ("--set", pair)])
+    assert code == 0, lines
+
+
 def test_config_fields_shows_the_distill_section(capsys: pytest.CaptureFixture) -> None:
     from mlmtrain.cli.app import main
 

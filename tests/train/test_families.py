@@ -317,6 +317,18 @@ def _rtd_deberta(folder: Path) -> Path:
     return folder
 
 
+def _modernbert_odd_heads(folder: Path) -> Path:
+    """A ModernBERT of heads of 15 dimensions (30 / 2), which its rotary positions cannot turn."""
+    from transformers import ModernBertConfig, ModernBertForMaskedLM
+
+    tokenizer = family_tokenizer("modernbert")
+    write_family_base(folder, "modernbert", tokenizer)
+    config = ModernBertConfig.from_pretrained(str(folder))
+    config.update({"hidden_size": 30, "intermediate_size": 60})
+    ModernBertForMaskedLM(config).save_pretrained(str(folder))
+    return folder
+
+
 # the families whose encoder cannot keep a token to its own document (data.document_attention within), by their names
 NOT_WITHIN_DOCUMENTS = {"distilbert": "DistilBERT", "deberta-v2": "DeBERTa-v2/v3"}
 BAD_BASES = {
@@ -334,6 +346,7 @@ BAD_BASES = {
     ),
     "rows": (_more_tokens_than_rows, {}, "model.init_from", "tokens but the model only"),
     "deberta-without-mlm-head": (_rtd_deberta, {}, "model.init_from", "use one with its masked-LM head"),
+    "modernbert-odd-heads": (_modernbert_odd_heads, {}, "model.init_from", "heads of 15 dimension(s)", "rotary"),
     "whole-word-unmarked": (
         lambda folder: write_family_base(folder, "modernbert", trained_tokenizer("plain", BRACKET_SPECIALS, "[MASK]")),
         {"masking.whole_word": True},
@@ -520,3 +533,20 @@ def test_a_checkpoint_is_saved_as_its_bases_own_class_and_model_type(
     saved = json.loads((final / "config.json").read_text())
     assert (saved["model_type"], saved["architectures"]) == (model_type, [name])
     assert type(AutoModelForMaskedLM.from_pretrained(str(final))).__name__ == name
+
+
+def test_a_modernbert_base_with_many_positions_is_counted_by_its_weights_not_a_position_table(
+    tiny_data: Path, tmp_path: Path
+) -> None:
+    """ModernBERT's positions are rotary, with no table: a base stating a billion of them holds the weights of its
+    layers alone and continues, where counting a BERT's position table (a billion rows) refused it as too big."""
+    from transformers import ModernBertForMaskedLM
+
+    base = write_family_base(tmp_path / "base", "modernbert")
+    config = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 10**9}))
+    write_corpus(tmp_path / "new.txt", 40, seed=5)
+    one_step = {"train.max_steps": 1, "train.eval_every": 0, "checkpoint.save_every": 1}
+    options = _options(tiny_data, base, tmp_path / "run", **one_step)
+    final = pretrain(load_config(None, options))
+    assert type(ModernBertForMaskedLM.from_pretrained(str(final))).__name__ == "ModernBertForMaskedLM"

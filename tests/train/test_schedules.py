@@ -254,3 +254,15 @@ def test_a_branch_inside_its_source_run_or_through_a_link_into_it_is_refused(
         assert code == 2, (run_dir, lines)
         assert_one_error_line(lines, f"train.run_dir {run_dir}", needle, "--set train.run_dir=NEW")
     assert snapshot(source_run) == before
+
+
+def test_a_masking_schedule_beside_a_flop_budget_names_a_fix_that_loads(tiny_config, tmp_path: Path) -> None:
+    """masking.schedule follows train.max_steps, which a FLOP budget leaves null; the first fix named used to be
+    "set train.max_steps", which train.max_flops then refused. Each fix named now loads, and the first one trains."""
+    settings = {**MASK_SCHEDULE, "train.max_flops": 1e9}
+    fixes = "set train.max_steps in place of train.max_flops, or masking.schedule: constant without masking.mlm_prob"
+    with pytest.raises(UserError, match=fixes):
+        load_config(None, settings)
+    in_place = {**MASK_SCHEDULE, "train.max_steps": 2, "train.run_dir": str(tmp_path / "run")}
+    assert pretrain(tiny_config(**in_place)).name == "step-2"
+    assert load_config(None, {**settings, "masking.schedule": "constant", "masking.mlm_probability_end": None})

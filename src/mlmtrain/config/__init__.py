@@ -30,7 +30,7 @@ from mlmtrain.config.loading import (
     set_value,
     stated_settings,
 )
-from mlmtrain.config.model import DistillConfig, ElectraConfig, ModelConfig
+from mlmtrain.config.model import DistillConfig, ElectraConfig, ModelConfig, rotary_head_problem
 from mlmtrain.config.outputs import ProbeConfig, ReportConfig
 from mlmtrain.config.published import (
     PATH_KEYS,
@@ -100,6 +100,7 @@ __all__ = [
     "read_yaml",
     "records_setting",
     "replaceable_config",
+    "rotary_head_problem",
     "save_config",
     "section_fields",
     "section_hints",

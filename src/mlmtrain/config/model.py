@@ -4,9 +4,30 @@ and distillation's teacher."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal, Optional, Union
 
 from mlmtrain.config.fields import GENERATOR_SHARE, above, at_least, quiet, require, setting, trains, within
+
+
+def rotary_head_problem(hidden_size: int, num_heads: int) -> Optional[str]:
+    """Why heads of hidden_size / num_heads dimensions cannot take rotary positions (ModernBERT's), None when they
+    can: a rotary embedding turns each head's dimensions in pairs, so a head needs an even number of them (an odd
+    one fails in the first forward pass, or, at 1, broadcasts silently to 2)."""
+    head = hidden_size // num_heads
+    if hidden_size % num_heads or head % 2 == 0:
+        return None  # heads that do not divide the width are refused for that reason
+    return (
+        f"heads of {head} dimension(s) ({hidden_size} / {num_heads}), and rotary positions turn a head's dimensions "
+        "in pairs: a head needs an even number of them"
+    )
+
+
+def _even_heads(hidden_size: int, num_heads: int) -> str:
+    """The nearest change of model.num_heads (else of hidden_size) that gives heads of an even size."""
+    even = [n for n in range(1, hidden_size + 1) if hidden_size % n == 0 and (hidden_size // n) % 2 == 0]
+    if not even:
+        return f"set model.hidden_size to {num_heads * (hidden_size // num_heads + 1)}"
+    return f"set model.num_heads to {min(even, key=lambda n: (abs(n - num_heads), -n))}"
 
 
 @dataclass
@@ -19,7 +40,9 @@ class ModelConfig:
     )
     hidden_size: int = trains(256, "width of the encoder", check=at_least(1))
     num_layers: int = trains(4, "transformer layers", check=at_least(1))
-    num_heads: int = trains(4, "attention heads; must divide hidden_size", check=at_least(1))
+    num_heads: int = trains(
+        4, "attention heads; must divide hidden_size (modernbert: into heads of an even size)", check=at_least(1)
+    )
     intermediate_size: int = trains(1024, "width of the feed-forward layer", check=at_least(1))
     max_position_embeddings: int = trains(512, "longest sequence the model can take", check=at_least(1))
     dropout: Union[float, None] = setting(
@@ -63,6 +86,13 @@ class ModelConfig:
             "model.hidden_size",
             f"({self.hidden_size}) must be divisible by model.num_heads ({self.num_heads})",
         )
+        rotary = rotary_head_problem(self.hidden_size, self.num_heads) if self.architecture == "modernbert" else None
+        require(
+            rotary is None,
+            "model.num_heads",
+            f"({self.num_heads}) gives model.architecture modernbert {rotary}; "
+            f"{_even_heads(self.hidden_size, self.num_heads)}",
+        )
 
     @property
     def hidden_dropout_prob(self) -> float:
@@ -85,7 +115,7 @@ class ElectraConfig:
     )
     generator_layers: Union[int, None] = trains(
         None,
-        "generator transformer layers; null: as many as model.num_layers",
+        "generator transformer layers, at most model.num_layers; null: as many",
         check=at_least(1),
     )
     discriminator_weight: float = trains(

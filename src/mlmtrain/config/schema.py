@@ -58,11 +58,17 @@ class Config:
                     f"model.{name}",
                     f"({value}) contradicts model.dropout ({self.model.dropout}); set one of them",
                 )
+        steps = (  # a FLOP budget sets the length alone: a max_steps may not stand beside it
+            "train.max_flops sets this run's length, and a max_steps beside it is refused: set train.max_steps in "
+            "place of train.max_flops"
+            if self.train.max_flops is not None
+            else "set train.max_steps (beside max_time or max_tokens if you like)"
+        )
         require(
             self.masking.schedule == "constant" or self.train.max_steps is not None,
             "masking.schedule",
-            f"({self.masking.schedule}) follows the steps of train.max_steps, which is null; set train.max_steps "
-            "(beside max_time or max_tokens if you like), or masking.schedule: constant",
+            f"({self.masking.schedule}) follows the steps of train.max_steps, which is null; {steps}, or "
+            "masking.schedule: constant without masking.mlm_probability_end",
         )
         require(
             not self.checkpoint.save_ema or self.train.ema is not None,
@@ -80,11 +86,27 @@ class Config:
             f"({self.model.architecture}) builds a model from scratch, and model.init_from continues "
             f"{self.model.init_from} as it is built; drop model.architecture or model.init_from",
         )
+        brings = [  # the keys that bring a tokenizer, by the one the user set (tokenizer.pretrained is filled from it)
+            key
+            for key, value in (
+                ("model.init_from", self.model.init_from),
+                ("distill.teacher", self.distill.teacher if self.train.objective == "distill" else None),
+                ("tokenizer.pretrained", self.tokenizer.pretrained),
+            )
+            if value
+        ]
         require(
-            self.tokenizer.kind == "wordpiece" or not (self.tokenizer.pretrained or self.model.init_from),
+            self.tokenizer.kind == "wordpiece" or not brings,
             "tokenizer.kind",
-            f"({self.tokenizer.kind}) trains a tokenizer, and tokenizer.pretrained or model.init_from brings one; "
-            "drop tokenizer.kind or the tokenizer you bring",
+            f"({self.tokenizer.kind}) trains a tokenizer, and {brings[0] if brings else ''} brings one; drop "
+            "tokenizer.kind",
+        )
+        alphabet = self.tokenizer.limit_alphabet
+        require(
+            self.tokenizer.kind != "bpe" or alphabet == field_default("tokenizer", "limit_alphabet"),
+            "tokenizer.limit_alphabet",
+            f"({alphabet}) limits a WordPiece's alphabet, and tokenizer.kind bpe has none to limit (a byte-level BPE "
+            "starts from the 256 bytes); drop tokenizer.limit_alphabet",
         )
         require(
             not self.tokenizer.extend_vocab or bool(self.model.init_from),
@@ -132,8 +154,17 @@ class Config:
         )
 
     def validate_electra(self) -> None:
-        """The generator's share of the model's width keeps its heads whole."""
+        """The generator is no deeper than the discriminator, and its share of the model's width keeps its heads
+        whole."""
         self.validate_bert_objective()
+        layers = self.electra.generator_layers
+        require(
+            layers is None or layers <= self.model.num_layers,
+            "electra.generator_layers",
+            f"({layers}) is more than model.num_layers ({self.model.num_layers}), and ELECTRA's generator is a smaller "
+            f"model than its discriminator; set electra.generator_layers to {self.model.num_layers} or fewer (null: "
+            "as many)",
+        )
         shape = self.electra.generator_shape(self.model)
         require(
             shape["hidden_size"] % shape["num_heads"] == 0,

@@ -240,9 +240,15 @@ def check_metrics(task: SuiteTask, loaded: Task) -> None:
     """A UserError when a metric does not fit the task's labels (Pearson on classes, F1 of class 1 on three)."""
     for metric in task.metrics:
         if METRICS[metric] != loaded.regression:
-            kind = "float labels (a regression)" if loaded.regression else f"{len(loaded.classes)} classes"
-            fits = "pearson or spearman" if loaded.regression else "accuracy, f1 or mcc"
-            raise UserError("suite", f"task {task.name!r}: metric {metric} does not fit its {kind}; use {fits}")
+            if loaded.regression:
+                kind, fix = "float labels (a regression)", "use pearson or spearman"
+            else:  # labels that are numbers, written as floats, make the task a regression
+                named = ", ".join(map(repr, loaded.classes[:3])) + (", ..." if len(loaded.classes) > 3 else "")
+                kind = f"{len(loaded.classes)} classes ({named})"
+                fix = "use accuracy, f1 or mcc"
+                if all(isinstance(label, int) and not isinstance(label, bool) for label in loaded.classes):
+                    fix = f"write the labels as floats (3.0, not 3) to score a regression, or {fix}"
+            raise UserError("suite", f"task {task.name!r}: metric {metric} does not fit its {kind}; {fix}")
         if metric == "f1" and len(loaded.classes) != 2:
             raise UserError(
                 "suite",

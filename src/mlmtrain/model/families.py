@@ -14,7 +14,7 @@ from typing import Any, Optional, Union
 import torch
 import torch.nn.functional as F
 
-from mlmtrain.config import ModelConfig
+from mlmtrain.config import ModelConfig, rotary_head_problem
 from mlmtrain.errors import UserError
 from mlmtrain.runtime.model_folder import from_pretrained, model_config
 
@@ -92,6 +92,16 @@ def _layer_type_masks(mlm: Any, same: torch.Tensor) -> dict[str, torch.Tensor]:
     half = getattr(mlm.config, "sliding_window", None) or mlm.config.local_attention // 2
     window = (steps[:, None] - steps[None, :]).abs() <= half
     return {"full_attention": same[:, None], "sliding_attention": (same & window)[:, None]}
+
+
+def _rotary_blocker(config: Mapping[str, Any]) -> Optional[str]:
+    """A ModernBERT whose heads have an odd number of dimensions, which its rotary positions cannot turn (transformers
+    fails in the first forward pass, or at 1 broadcasts silently)."""
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    if not (isinstance(hidden, int) and isinstance(heads, int) and heads > 0):
+        return None
+    reason = rotary_head_problem(hidden, heads)
+    return f"holds a ModernBERT with {reason}: no model of that shape runs; use another model" if reason else None
 
 
 def _modernbert_within_blocker() -> Optional[str]:
@@ -231,6 +241,7 @@ FAMILIES = (
         tokenizers="byte-level BPE",
         dropout={"hidden_dropout": "mlp_dropout", "attention_dropout": "attention_dropout"},
         layers="layers",
+        blocker=_rotary_blocker,
         within_documents=True,
         document_masks=_layer_type_masks,
         within_blocker=_modernbert_within_blocker,

@@ -193,7 +193,7 @@ def check_before_start(run: ResolvedRun, device: torch.device) -> None:
     from mlmtrain.model.architectures import check_model_fits
 
     cfg = run.cfg
-    check_model_fits(cfg.model, cfg.tokenizer.vocab_size, device)
+    check_model_fits(cfg.model, cfg.tokenizer.vocab_size, device, run.base)  # a base: its own weights counted
     if cfg.train.compile is True:  # auto goes without, saying why
         from mlmtrain.train.compiling import check_compile_toolchain
 
