@@ -236,6 +236,22 @@ def test_an_interrupted_suite_keeps_its_finished_seeds_and_resume_does_only_the_
     assert figures_of(resumed) == figures_of(whole) and resumed["average"] == whole["average"]
 
 
+def interrupted_at_the_second_seed(monkeypatch: pytest.MonkeyPatch, model: Path, suite: Path, out: Path) -> Path:
+    """A two-seed scorecard of `model` stopped by Ctrl-C as its second seed starts: `out`, holding the first."""
+    real = suite_module.probe_encoder
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        if args[3].seed == 1:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(suite_module, "probe_encoder", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            api.scorecard(model, str(suite), seeds=2, out=out, **FAST_API)
+    return out
+
+
 def test_a_resumed_scorecard_knows_its_model_by_its_weights_not_its_name(
     finished_run: Path, glue_like: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -248,18 +264,7 @@ def test_a_resumed_scorecard_knows_its_model_by_its_weights_not_its_name(
     latest.symlink_to("step-2")  # the run at step 2
     file = write_suite(tmp_path / "suite.yaml", {"single": glue_like["single"]})
     whole = api.scorecard(checkpoints / "step-2", str(file), seeds=2, out=tmp_path / "whole.json", **FAST_API)
-    real = suite_module.probe_encoder
-
-    def interrupted_at_the_second(*args: Any, **kwargs: Any) -> Any:
-        if args[3].seed == 1:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    out = tmp_path / "scores.json"
-    with monkeypatch.context() as patched:
-        patched.setattr(suite_module, "probe_encoder", interrupted_at_the_second)
-        with pytest.raises(KeyboardInterrupt):
-            api.scorecard(latest, str(file), seeds=2, out=out, **FAST_API)
+    out = interrupted_at_the_second_seed(monkeypatch, latest, file, tmp_path / "scores.json")
     kept = json.loads(out.read_text())
     latest.unlink()
     latest.symlink_to("step-4")  # the run moved on
@@ -270,6 +275,24 @@ def test_a_resumed_scorecard_knows_its_model_by_its_weights_not_its_name(
     assert resumed["finished"] and figures_of(resumed) == figures_of(whole)
     fresh = api.scorecard(latest, str(file), seeds=1, out=tmp_path / "new.json", **FAST_API)  # the other fix
     assert fresh["finished"] and fresh["weights"] != resumed["weights"]
+
+
+def test_a_resumed_scorecard_knows_each_task_by_its_examples_not_its_folder(
+    trained_run: Path, glue_like: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task folder whose files changed since the first seeds were scored: --resume is refused (its median would mix
+    two datasets); with the files restored, it finishes."""
+    model = trained_run / "checkpoints" / "latest"
+    single = Path(shutil.copytree(glue_like["single"], tmp_path / "single"))
+    file = write_suite(tmp_path / "suite.yaml", {"single": single})
+    out = interrupted_at_the_second_seed(monkeypatch, model, file, tmp_path / "scores.json")
+    train = single / "train.jsonl"
+    original = train.read_text()
+    train.write_text(original.replace('"label": 0', '"label": 1', 3))
+    with pytest.raises(UserError, match="task 'single' holds other examples than when"):
+        api.scorecard(model, str(file), seeds=2, out=out, resume=True, **FAST_API)
+    train.write_text(original)
+    assert api.scorecard(model, str(file), seeds=2, out=out, resume=True, **FAST_API)["finished"]
 
 
 def test_the_checkpoints_card_and_report_show_its_scorecard(

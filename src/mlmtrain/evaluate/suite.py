@@ -338,6 +338,16 @@ def run_suite(
     """Fine-tune every (task, seed) not yet in the scorecard, writing it after each; returns the scorecard."""
     todo = [task for task in tasks if len(scorecard.runs(task.name)) < len(seeds)]
     loaded = {task.name: load_suite_task(task) for task in todo}  # every task read and checked before any training
+    for name, task in loaded.items():  # a task known by its examples: a resume never mixes two datasets' seeds
+        entry, data = scorecard.record["tasks"][name], task.fingerprint()
+        if entry["runs"] and entry.get("data") != data:
+            raise UserError(
+                "argument",
+                f"--resume: task {name!r} holds other examples than when {scorecard.path} scored its first seeds (its "
+                "files changed), and a task's median never mixes two datasets; restore them, or pass --out "
+                "NEW_FILE.json to start afresh",
+            )
+        entry["data"] = data
     # the work of one seed, in examples fine-tuned on: what the time left is estimated by
     work = {
         name: len(task.train.subset(settings.max_train_examples)) * settings.epochs for name, task in loaded.items()

@@ -5,6 +5,8 @@ make a classification task, float labels a regression one; every label of valid 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import random
 import re
@@ -77,6 +79,12 @@ class Task:
     @property
     def majority_class(self) -> Any:
         return Counter(self.train.labels).most_common(1)[0][0] if not self.regression else None
+
+    def fingerprint(self) -> str:
+        """What identifies the task by its examples, not by where they were read: "sha256:" and the digest of every
+        split's texts, pairs and labels, in order."""
+        splits = [[split.texts, split.pairs, split.labels] for split in (self.train, self.valid, self.test)]
+        return "sha256:" + hashlib.sha256(json.dumps(splits, default=repr).encode("utf-8")).hexdigest()
 
 
 def _task_error(message: str) -> UserError:
