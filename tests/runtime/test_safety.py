@@ -458,16 +458,15 @@ def test_offline_in_one_variable_is_offline_for_every_library_and_no_password_is
 ) -> None:
     """HF_HUB_OFFLINE=0 beside TRANSFORMERS_OFFLINE=1 (or the reverse for datasets): offline for datasets,
     huggingface_hub and transformers alike, so no library goes online to retry for half a minute printing HF_ENDPOINT
-    with its password; one line, at once."""
+    with its password; one line, with no retry."""
     variables, source = OFFLINE_ONE_OF_THEM[case]
     options = {"--model": str(trained_run / "checkpoints" / "latest"), "--task": str(tmp_path / "unused")}
     options.update(zip(source[::2], source[1::2], strict=True))
     arguments = [part for option in options.items() for part in option] + ["--max-length", "32", "--device", "cpu"]
     password = {"HF_ENDPOINT": "http://user:s3cret@127.0.0.1:9"}
-    seconds, lines = run_offline(tmp_path, "probe", *arguments, **password, **variables)
+    _, lines = run_offline(tmp_path, "probe", *arguments, **password, **variables)
     assert_one_error_line(lines, "someone/tiny" if "model" in case else "hf:glue/sst2")
-    assert not any("s3cret" in line for line in lines), lines
-    assert seconds < 15
+    assert not any("s3cret" in line or "Retrying" in line for line in lines), lines  # no library went online
 
 
 def test_whatever_a_library_logs_or_warns_goes_through_the_redaction() -> None:

@@ -86,20 +86,12 @@ class Config:
             f"({self.model.architecture}) builds a model from scratch, and model.init_from continues "
             f"{self.model.init_from} as it is built; drop model.architecture or model.init_from",
         )
-        brings = [  # the keys that bring a tokenizer, by the one the user set (tokenizer.pretrained is filled from it)
-            key
-            for key, value in (
-                ("model.init_from", self.model.init_from),
-                ("distill.teacher", self.distill.teacher if self.train.objective == "distill" else None),
-                ("tokenizer.pretrained", self.tokenizer.pretrained),
-            )
-            if value
-        ]
+        # the key that brings a tokenizer, the one the user set first (tokenizer.pretrained is filled from it)
+        brings = "model.init_from" if self.model.init_from else "tokenizer.pretrained"
         require(
-            self.tokenizer.kind == "wordpiece" or not brings,
+            self.tokenizer.kind == "wordpiece" or not (self.tokenizer.pretrained or self.model.init_from),
             "tokenizer.kind",
-            f"({self.tokenizer.kind}) trains a tokenizer, and {brings[0] if brings else ''} brings one; drop "
-            "tokenizer.kind",
+            f"({self.tokenizer.kind}) trains a tokenizer, and {brings} brings one; drop tokenizer.kind",
         )
         alphabet = self.tokenizer.limit_alphabet
         require(
@@ -174,12 +166,17 @@ class Config:
         )
 
     def validate_distill(self) -> None:
-        """A teacher is named, and the student does not also continue a model."""
+        """A teacher is named, it brings the tokenizer, and the student does not also continue a model."""
         require(
             bool(self.distill.teacher),
             "distill.teacher",
             "is not set, and train.objective distill needs a teacher; set distill.teacher to a masked LM's folder or "
             "hub name",
+        )
+        require(
+            self.tokenizer.kind == "wordpiece",
+            "tokenizer.kind",
+            f"({self.tokenizer.kind}) trains a tokenizer, and distill.teacher brings one; drop tokenizer.kind",
         )
         require(
             not self.model.init_from,

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePath
 from typing import Any, Optional, Union
 
+from mlmtrain.config import names_hub_repository
 from mlmtrain.errors import UserError, refused_pickle, shown
 from mlmtrain.readers import read_json
 from mlmtrain.runtime.hub import hub_unreachable
@@ -89,7 +90,7 @@ def from_pretrained(loader: Callable[..., Any], source: Union[str, Path], **kwar
     name is read from the cache alone in offline mode, as every library is told, or when the Hub is out of reach (at
     once, rather than after half a minute of retries)."""
     check_folder(source)
-    if not Path(source).expanduser().is_dir() and hub_unreachable():
+    if names_hub_repository(str(source)) and hub_unreachable():
         kwargs.setdefault("local_files_only", True)
     try:
         return loader.from_pretrained(str(source), trust_remote_code=False, **kwargs)
