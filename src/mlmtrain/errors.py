@@ -2,19 +2,22 @@
 
 Anything raised as `UserError` reaches the terminal as a single line
 (`mlmtrain: <topic>: <message>`) and exit code 2; everything else is a bug and keeps its traceback.
-`redact` hides credentials in any text quoted from a library or the environment; `shown` quotes a value from a
-file in a bounded number of characters.
+`redact` hides credentials in any text quoted from a library or the environment (and, once
+`redact_library_messages` is installed, in whatever a library logs or warns); `shown` quotes a value from a file in a
+bounded number of characters.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import reprlib
 import signal
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Optional
 
 
 class UserError(Exception):
@@ -53,6 +56,33 @@ def redact(text: str) -> str:
     return text
 
 
+def redact_library_messages() -> None:
+    """From now on, every log record of any library (its message and traceback) and every warning printed goes through
+    `redact`: libraries log the URLs they request (HF_ENDPOINT with its password, in each retry line) and warn with
+    them. Installed once a process (the command line at start, the Hub's callers before they reach it)."""
+    if getattr(logging.getLogRecordFactory(), "redacts", False):
+        return
+    make_record, format_warning = logging.getLogRecordFactory(), warnings.formatwarning
+
+    def redacted_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make_record(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # arguments that do not fit the message: logging says so itself when it emits it
+            return record
+        record.msg, record.args = redact(message), ()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+        return record
+
+    def redacted_warning(*args: Any, **kwargs: Any) -> str:
+        return redact(format_warning(*args, **kwargs))
+
+    redacted_record.redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(redacted_record)
+    warnings.formatwarning = redacted_warning
+
+
 def first_line(error: BaseException) -> str:
     """The first line of an error's message (its type's name if it has none), without terminal colour codes or
     credentials: what a one-line UserError quotes of a library's exception."""
@@ -82,6 +112,16 @@ def shown(value: Any, limit: int = 40) -> str:
     except ValueError:  # an integer of thousands of digits inside a list
         text = f"a {type(value).__name__} holding an integer of thousands of digits"
     return text if len(text) <= limit + 20 else f"{text[:limit]}..."
+
+
+_UNSAFE_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")  # torch's words for an object weights_only refuses
+
+
+def refused_pickle(error: BaseException) -> Optional[str]:
+    """The Python object (its dotted name) that torch's `weights_only` load refused to build from a pickle: the file
+    was never unpickled, so nothing in it ran; None for any other error."""
+    found = _UNSAFE_GLOBAL.search(str(error))
+    return found.group(1) if found else None
 
 
 def loader_worker_died(error: BaseException) -> bool:

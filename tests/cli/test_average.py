@@ -93,3 +93,53 @@ def test_what_cannot_be_averaged_is_one_line_and_writes_nothing(
         assert_one_error_line(lines, needle)
         assert snapshot(tmp_path) == before, arguments  # nothing written, the user's folder and file as they were
         assert not new.exists()
+
+
+def test_an_out_that_is_holds_or_lies_inside_a_checkpoint_is_refused_for_that_reason(
+    finished_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """`average A B --out B/avg` would write into a checkpoint it reads (never pruned afterwards, a foreign folder to
+    every later check of the run): refused for that reason, also through a link and for --out B itself (not as "not a
+    folder mlmtrain wrote"); the fix, a folder outside them, works."""
+    step_2, step_4 = (finished_run / "checkpoints" / f"step-{step}" for step in (2, 4))
+    (tmp_path / "link").symlink_to(step_4)
+    cases = {
+        step_4 / "avg": f"lies inside checkpoint {step_4}",
+        step_4: f"is checkpoint {step_4}",
+        tmp_path / "link" / "avg": f"(it leads to {step_4.resolve() / 'avg'}) lies inside checkpoint",
+        finished_run / "checkpoints": f"holds checkpoint {step_2}",
+    }
+    before = snapshot(finished_run)
+    for out, needle in cases.items():
+        code, lines = run_cli(capsys, "average", str(step_2), str(step_4), "--out", str(out))
+        assert code == 2, (out, lines)
+        assert_one_error_line(lines, f"--out {out}", needle, "which this command only reads", "outside them")
+        assert snapshot(finished_run) == before, out
+    code, lines = run_cli(capsys, "average", str(step_2), str(step_4), "--out", str(finished_run / "averaged"))
+    assert code == 0, lines
+
+
+def test_sharded_save_pretrained_folders_are_averaged_through_their_index(
+    trained_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """save_pretrained writes a large model as shards and an index (model-00001-of-0000N.safetensors): averaged as
+    its tensors say, the same mean as of the single-file folders, not refused as lacking model.safetensors."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    sharded = []
+    for step in (2, 4):
+        folder = tmp_path / f"sharded-{step}"
+        source = trained_run / "checkpoints" / f"step-{step}"
+        AutoModelForMaskedLM.from_pretrained(str(source)).save_pretrained(str(folder), max_shard_size="40KB")
+        AutoTokenizer.from_pretrained(str(source)).save_pretrained(str(folder))
+        assert len(list(folder.glob("model-*-of-*.safetensors"))) > 1 and not (folder / "model.safetensors").exists()
+        sharded.append(str(folder))
+    code, lines = run_cli(capsys, "average", *sharded, "--out", str(tmp_path / "from-shards"))
+    assert code == 0, lines
+    steps = [str(trained_run / "checkpoints" / f"step-{step}") for step in (2, 4)]
+    code, lines = run_cli(capsys, "average", *steps, "--out", str(tmp_path / "whole"))
+    assert code == 0, lines
+    from_shards, whole = weights(tmp_path / "from-shards"), weights(tmp_path / "whole")
+    assert from_shards.keys() <= whole.keys() and len(from_shards) > 10
+    for name, tensor in from_shards.items():
+        assert torch.equal(tensor, whole[name]), name

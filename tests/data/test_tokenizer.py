@@ -22,6 +22,8 @@ from mlmtrain.data.tokenizer import (
 )
 from mlmtrain.errors import UserError
 
+from ..helpers import assert_one_error_line, copy_corpus, run_cli, set_options
+
 WORDS = (
     "the quick brown fox jumps over lazy dog while tokenizers learn pieces of words such as "
     "training masking encoder language model Café naïve résumé Über straße"
@@ -272,3 +274,21 @@ def test_an_unreachable_hub_tokenizer_is_a_user_error(monkeypatch):
     with pytest.raises(UserError) as excinfo:
         load_tokenizer("no-such-org/no-such-tokenizer")
     assert str(excinfo.value).startswith("tokenizer: cannot load tokenizer no-such-org/no-such-tokenizer: ")
+
+
+def test_limit_alphabet_with_a_byte_level_bpe_is_refused_rather_than_recorded_unused(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A byte-level BPE starts from the 256 bytes: tokenizer.limit_alphabet changed nothing in it, yet was recorded
+    (and a change of it retrained the tokenizer). Refused in one line; dropped, the BPE is trained."""
+    data = copy_corpus(tiny_data, tmp_path)
+    bpe = {"tokenizer.kind": "bpe", "tokenizer.vocab_size": 400}
+    code, lines = run_cli(
+        capsys, "tokenize", *set_options(data, tmp_path / "run", **bpe, **{"tokenizer.limit_alphabet": 50})
+    )
+    assert code == 2
+    assert_one_error_line(lines, "tokenizer.limit_alphabet (50)", "drop tokenizer.limit_alphabet")
+    assert sorted(path.name for path in data.iterdir()) == ["train.txt", "valid.txt"]
+    code, lines = run_cli(capsys, "tokenize", *set_options(data, tmp_path / "run", **bpe))
+    assert code == 0, lines
+    assert json.loads((data / "tokenizer" / "tokenizer.json").read_text())["model"]["type"] == "BPE"

@@ -35,7 +35,7 @@ from mlmtrain.evaluate.tasks import TaskFields, load_task
 from mlmtrain.model.bert import build_model
 from mlmtrain.train.loop import pretrain
 
-from ..helpers import CHILD_ENV, TINY_MODEL, assert_one_error_line, run_cli, tiny_overrides
+from ..helpers import CHILD_ENV, TINY_MODEL, assert_one_error_line, run_cli, snapshot, tiny_overrides
 
 CPU = torch.device("cpu")
 TOPICS = {
@@ -229,6 +229,37 @@ def test_save_under_a_file_is_refused_before_fine_tuning(
     assert code == 2
     assert_one_error_line(lines, f"--save {saved}", f"lies under {tmp_path / 'afile'}, which is a file")
     assert (tmp_path / "afile").read_text() == "mine\n"
+
+
+def test_a_save_through_a_link_or_into_an_input_is_refused_before_fine_tuning(
+    untrained_folder: Path, topics: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """--save is a new folder apart from what the probe reads: a link (to an empty folder, which the save's rename
+    cannot go through), a folder inside the model or the task (also through a link into them) is refused before any
+    fine-tuning, naming the fix; following it, the model is saved."""
+    real = tmp_path / "empty"
+    real.mkdir()
+    (tmp_path / "to-empty").symlink_to(real)
+    (tmp_path / "to-model").symlink_to(untrained_folder)
+    model_before, task_before = snapshot(untrained_folder), snapshot(topics / "task")
+    cases = {
+        tmp_path / "to-empty": "is a link; set --save to a new folder (not a link)",
+        untrained_folder / "tuned": f"lies inside --model {untrained_folder}, which this command only reads",
+        tmp_path / "to-model" / "tuned": f"(it leads to {untrained_folder.resolve() / 'tuned'}) lies inside --model",
+        topics / "task" / "tuned": "lies inside --task",
+    }
+    args = ["--model", str(untrained_folder), "--task", str(topics / "task"), "--epochs", "1", "--device", "cpu"]
+    with monkeypatch.context() as patched:
+        patched.setattr("mlmtrain.tools.probe.probe_encoder", lambda *a, **k: pytest.fail("fine-tuning started"))
+        for save, needle in cases.items():
+            code, lines = run_cli(capsys, "probe", *args, "--save", str(save))
+            assert code == 2, lines
+            assert_one_error_line(lines, f"--save {save}", needle, "new folder")
+    assert snapshot(untrained_folder) == model_before and snapshot(topics / "task") == task_before
+    assert not any(real.iterdir())
+    code, lines = run_cli(capsys, "probe", *args, "--save", str(tmp_path / "new"))  # the fix: a new folder
+    assert code == 0, lines
+    assert (tmp_path / "new" / "config.json").is_file()
 
 
 def test_a_failed_save_is_one_line_after_the_scores(

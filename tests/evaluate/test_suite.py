@@ -28,7 +28,7 @@ from mlmtrain.report.page import build_page
 from mlmtrain.report.rundata import load_run
 from mlmtrain.train.ownership import foreign_files
 
-from ..helpers import WORDS, assert_one_error_line, run_cli
+from ..helpers import WORDS, assert_one_error_line, run_cli, snapshot
 
 # The rows of "GLUE scores on the test set" as google-research/bert's README prints them (commit eedf571, the
 # "Smaller BERT Models" release of 2020-03-11), copied as text: the reference table must say what they say.
@@ -40,6 +40,7 @@ SOURCE_ROWS = """\
 |BERT-Medium|73.5|38.0|89.6|86.6/81.6|80.4/78.4|69.6/87.9|80.0|79.1|87.7|62.2|62.3|30.5|
 """
 SETTINGS = {"epochs": 1, "batch_size": 8, "max_length": 32, "lr": 1e-3}
+FAST_API = {**SETTINGS, "device": "cpu"}
 FAST = ("--epochs", "1", "--batch-size", "8", "--max-length", "32", "--lr", "1e-3", "--device", "cpu")
 
 
@@ -235,6 +236,65 @@ def test_an_interrupted_suite_keeps_its_finished_seeds_and_resume_does_only_the_
     assert figures_of(resumed) == figures_of(whole) and resumed["average"] == whole["average"]
 
 
+def interrupted_at_the_second_seed(monkeypatch: pytest.MonkeyPatch, model: Path, suite: Path, out: Path) -> Path:
+    """A two-seed scorecard of `model` stopped by Ctrl-C as its second seed starts: `out`, holding the first."""
+    real = suite_module.probe_encoder
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        if args[3].seed == 1:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(suite_module, "probe_encoder", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            api.scorecard(model, str(suite), seeds=2, out=out, **FAST_API)
+    return out
+
+
+def test_a_resumed_scorecard_knows_its_model_by_its_weights_not_its_name(
+    finished_run: Path, glue_like: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scorecard interrupted on RUN/checkpoints/latest, resumed once the run moved on (latest names another step):
+    refused, since its seeds would be two models'; resumed with --model the step it scored (another name, the same
+    weights), it finishes with that model's seeds alone, as a scorecard never interrupted does."""
+    checkpoints = finished_run / "checkpoints"
+    latest = checkpoints / "latest"
+    latest.unlink()
+    latest.symlink_to("step-2")  # the run at step 2
+    file = write_suite(tmp_path / "suite.yaml", {"single": glue_like["single"]})
+    whole = api.scorecard(checkpoints / "step-2", str(file), seeds=2, out=tmp_path / "whole.json", **FAST_API)
+    out = interrupted_at_the_second_seed(monkeypatch, latest, file, tmp_path / "scores.json")
+    kept = json.loads(out.read_text())
+    latest.unlink()
+    latest.symlink_to("step-4")  # the run moved on
+    with pytest.raises(UserError, match="scored other weights .* resume with --model naming the model it scored"):
+        api.scorecard(latest, str(file), seeds=2, out=out, resume=True, **FAST_API)
+    assert json.loads(out.read_text()) == kept
+    resumed = api.scorecard(checkpoints / "step-2", str(file), seeds=2, out=out, resume=True, **FAST_API)
+    assert resumed["finished"] and figures_of(resumed) == figures_of(whole)
+    fresh = api.scorecard(latest, str(file), seeds=1, out=tmp_path / "new.json", **FAST_API)  # the other fix
+    assert fresh["finished"] and fresh["weights"] != resumed["weights"]
+
+
+def test_a_resumed_scorecard_knows_each_task_by_its_examples_not_its_folder(
+    trained_run: Path, glue_like: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task folder whose files changed since the first seeds were scored: --resume is refused (its median would mix
+    two datasets); with the files restored, it finishes."""
+    model = trained_run / "checkpoints" / "latest"
+    single = Path(shutil.copytree(glue_like["single"], tmp_path / "single"))
+    file = write_suite(tmp_path / "suite.yaml", {"single": single})
+    out = interrupted_at_the_second_seed(monkeypatch, model, file, tmp_path / "scores.json")
+    train = single / "train.jsonl"
+    original = train.read_text()
+    train.write_text(original.replace('"label": 0', '"label": 1', 3))
+    with pytest.raises(UserError, match="task 'single' holds other examples than when"):
+        api.scorecard(model, str(file), seeds=2, out=out, resume=True, **FAST_API)
+    train.write_text(original)
+    assert api.scorecard(model, str(file), seeds=2, out=out, resume=True, **FAST_API)["finished"]
+
+
 def test_the_checkpoints_card_and_report_show_its_scorecard(
     finished_run: Path, glue_like: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -300,6 +360,60 @@ def test_a_scorecard_never_replaces_a_file_mlmtrain_did_not_write(
     code, err = run_cli(capsys, "probe", "--model", model, "--suite", str(file), "--out", str(out), *FAST)
     assert code == 2 and out.read_text() == '{"mine": true}\n'
     assert_one_error_line(err, str(out), "not a scorecard mlmtrain wrote", "--out")
+
+
+def test_pearson_on_whole_number_labels_names_the_float_labels_that_then_score_a_regression(
+    trained_run: Path, glue_like: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Labels 0..5 written as whole numbers are classes: pearson on them is refused, naming the fix a user of STS-B
+    means (float labels: a regression) beside the other (a classification metric); written as floats, it scores."""
+    folder = tmp_path / "regression"
+    for split in ("train", "validation", "test"):
+        rows = [json.loads(line) for line in (glue_like["regression"] / f"{split}.jsonl").read_text().splitlines()]
+        _write(folder / f"{split}.jsonl", [{**row, "label": round(row["label"])} for row in rows])
+    file = write_suite(tmp_path / "suite.yaml", {"regression": folder}, regression="pearson")
+    model = str(trained_run / "checkpoints" / "latest")
+    command = ["probe", "--model", model, "--suite", str(file), "--seeds", "1", "--out", str(tmp_path / "s.json")]
+    code, err = run_cli(capsys, *command, *FAST)
+    assert code == 2
+    assert_one_error_line(err, "metric pearson does not fit its 5 classes", "write the labels as floats (3.0, not 3)")
+    for split in ("train", "validation"):  # test's labels are hidden (-1): validation is scored
+        path = folder / f"{split}.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        _write(path, [{**row, "label": float(row["label"])} for row in rows])
+    code, err = run_cli(capsys, *command, *FAST)
+    assert code == 0, err
+    assert json.loads((tmp_path / "s.json").read_text())["tasks"]["regression"]["metric"] == "pearson"
+
+
+def test_a_scorecard_out_inside_what_it_reads_is_refused_before_any_work(
+    finished_run: Path, glue_like: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """--out apart from the model, the suite file and every task folder, through links too: one line before any
+    fine-tuning (the suite file, today taken for "not a scorecard", is named as what it is); the fix works."""
+    model = finished_run / "checkpoints" / "latest"
+    single = Path(shutil.copytree(glue_like["single"], tmp_path / "single"))
+    file = write_suite(tmp_path / "suite.yaml", {"single": single})
+    (tmp_path / "to-model").symlink_to(model)
+    cases = {
+        model / "card.json": f"lies inside --model {model}",
+        tmp_path / "to-model" / "card.json": "lies inside --model",
+        file: f"is --suite {file}",
+        single / "card.json": f"lies inside task 'single' {single}",
+    }
+    before = {folder: snapshot(folder) for folder in (finished_run, single)}
+    for out, needle in cases.items():
+        code, err = run_cli(capsys, "probe", "--model", str(model), "--suite", str(file), "--out", str(out), *FAST)
+        assert code == 2, (out, err)
+        assert_one_error_line(err, f"--out {out}", needle, "pass --out a .json file outside it")
+        assert "scorecard: task" not in "\n".join(err)  # refused before any fine-tuning
+    assert {folder: snapshot(folder) for folder in before} == before
+    out = tmp_path / "card.json"
+    code, err = run_cli(
+        capsys, "probe", "--model", str(model), "--suite", str(file), "--out", str(out), "--seeds", "1", *FAST
+    )
+    assert code == 0, err
+    assert json.loads(out.read_text())["finished"]
 
 
 def test_an_unreachable_hub_task_is_one_line_naming_it(

@@ -642,3 +642,20 @@ def test_the_page_renders_in_a_headless_browser(tmp_path: Path) -> None:
     colours = len(np.unique((pixels * 255).astype(np.uint8).reshape(-1, 3), axis=0))
     assert drawn > 0.02, f"the screenshot is almost blank ({drawn:.2%} drawn)"
     assert colours > 20  # text, tables and coloured curves, not a flat error page
+
+
+def test_a_page_or_its_pngs_inside_a_checkpoint_are_refused(finished_run: Path, capsys: Any) -> None:
+    """A checkpoint holds what its save recorded: a page or PNG written into one (also through a link) would make it
+    the user's, kept by keep-last and refused by --overwrite. One line; outside the checkpoints, the page is written."""
+    from ..helpers import assert_one_error_line, run_cli, snapshot
+
+    checkpoints = finished_run / "checkpoints"
+    before = snapshot(checkpoints)
+    for option, target in (("--out", checkpoints / "latest" / "r.html"), ("--png", checkpoints / "step-2" / "figs")):
+        code, lines = run_cli(capsys, "report", str(finished_run), option, str(target))
+        assert code == 2, lines
+        assert_one_error_line(lines, f"{option} {target}", f"lies inside the checkpoints of {finished_run}")
+    assert snapshot(checkpoints) == before
+    code, lines = run_cli(capsys, "report", str(finished_run), "--out", str(finished_run / "r.html"))
+    assert code == 0, lines
+    assert (finished_run / "r.html").is_file()

@@ -307,3 +307,45 @@ def test_an_electra_checkpoint_records_its_generator_and_its_unrecorded_leftover
     assert ownership.written_by_mlmtrain(killed)
     (killed / GENERATOR_DIR / "notes.txt").write_text("mine")
     assert not ownership.written_by_mlmtrain(killed)
+
+
+def test_a_folder_the_config_writes_inside_one_it_reads_is_refused_before_anything_is_written(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """train.run_dir, tokenizer.path and data.store apart from data.train's folder (its next read would take the run's
+    files for text), model.init_from's base and a link into them: one line, nothing written; the fix works."""
+    from ..train.test_init_from import write_base
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    shutil.copy(tiny_data / "train.txt", corpus / "train.txt")
+    base = write_base(tmp_path / "base")
+    (tmp_path / "to-corpus").symlink_to(corpus)
+    data = {"data.train": str(corpus), "data.validation": str(tiny_data / "valid.txt")}
+    elsewhere = {"tokenizer.path": str(tmp_path / "tok"), "data.store": str(tmp_path / "store")}
+    init = {"model.init_from": str(base), "tokenizer.vocab_size": 30522, "model.max_position_embeddings": 64}
+    cases = [
+        ("pretrain", {**data, **elsewhere}, corpus / "run", "train.run_dir", f"lies inside data.train {corpus}"),
+        ("tokenize", {**data, **elsewhere, "data.store": str(corpus / "tokens")}, tmp_path / "run", "data.store", ""),
+        ("pretrain", {**data, **elsewhere}, tmp_path / "to-corpus" / "run", "train.run_dir", "it leads to"),
+        ("pretrain", {**data, **elsewhere, **init}, base / "run", "train.run_dir", "model.init_from"),
+        ("tokenize", {**data, **init, "tokenizer.path": str(base / "tok")}, tmp_path / "run", "tokenizer.path", ""),
+        (
+            "tokenize",
+            {**data, "data.store": str(tmp_path)},
+            tmp_path / "run",
+            "data.store",
+            f"holds data.train {corpus}",
+        ),
+    ]
+    before = {folder: snapshot(folder) for folder in (corpus, base)}
+    for command, settings, run_dir, key, needle in cases:
+        code, lines = run_cli(capsys, command, *set_options(tiny_data, run_dir, **settings))
+        assert code == 2, (settings, lines)
+        assert_one_error_line(lines, f"mlmtrain: config: {key} ", needle, "which this command only reads")
+        assert {folder: snapshot(folder) for folder in before} == before
+    assert not (tmp_path / "run").exists() and not (tmp_path / "tok").exists()
+    options = set_options(tiny_data, tmp_path / "run", **{**data, **elsewhere})
+    code, lines = run_cli(capsys, "tokenize", *options)  # the fix: every folder outside what the run reads
+    assert code == 0, lines
+    assert {folder: snapshot(folder) for folder in before} == before

@@ -306,3 +306,63 @@ def test_a_shard_index_pointing_outside_the_folder_is_refused(
     lines = _run(command, base, tiny_data, tmp_path, capsys)
     line = assert_one_error_line(lines, str(base / "model.safetensors.index.json"), "outside", "its own folder only")
     assert "truncated or corrupt" not in line
+
+
+def test_the_weights_fingerprint_is_the_content_of_the_weights_not_the_folders_name(
+    plain_base: Path, tmp_path: Path
+) -> None:
+    """One fingerprint for a copy under another name, a link and the same model saved as shards; another for one
+    value changed; a pickle-only folder's file hashed as bytes, never loaded."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForMaskedLM
+
+    from mlmtrain.runtime.model_folder import weights_fingerprint, weights_parameter_count
+
+    fingerprint = weights_fingerprint(plain_base)
+    assert fingerprint.startswith("sha256:") and len(fingerprint) == 7 + 64
+    copy = Path(shutil.copytree(plain_base, tmp_path / "another-name"))
+    (tmp_path / "link").symlink_to(copy)
+    assert weights_fingerprint(copy) == weights_fingerprint(tmp_path / "link") == fingerprint
+    tensors = load_file(copy / "model.safetensors")
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name].clone()
+    tensors[name].view(-1)[0] += 1
+    save_file(tensors, copy / "model.safetensors", metadata={"format": "pt"})
+    assert weights_fingerprint(copy) != fingerprint
+    model = AutoModelForMaskedLM.from_pretrained(str(plain_base))
+    model.save_pretrained(str(tmp_path / "sharded"), max_shard_size="40KB")
+    sharded = weights_fingerprint(tmp_path / "sharded")
+    assert sharded == weights_fingerprint(tmp_path / "sharded") and sharded != fingerprint
+    assert weights_parameter_count(tmp_path / "sharded") == sum(p.numel() for p in model.parameters())
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    torch.save(load_file(plain_base / "model.safetensors"), pickled / "pytorch_model.bin")
+    assert weights_fingerprint(pickled).startswith("sha256:")
+
+
+def test_a_base_pickled_whole_is_one_line_naming_the_conversion_that_then_works(
+    plain_base: Path, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """pytorch_model.bin holding the whole model object (torch.save(model)): refused before it is unpickled, in one
+    line that says it is a pickle mlmtrain does not unpickle and how to convert it (not "truncated or corrupt");
+    converted so, it is read."""
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    folder = Path(shutil.copytree(plain_base, tmp_path / "pickled"))
+    torch.save(AutoModelForMaskedLM.from_pretrained(str(folder)), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    evaluate = ["eval-perplexity", "--model", str(folder), "--data", str(tiny_data / "valid.txt"), "--seq-len", "32"]
+    for command in (evaluate, ["pretrain", *_set(continue_options(tiny_data, folder, tmp_path))]):
+        code, lines = run_cli(capsys, *command)
+        assert code == 2, lines
+        line = assert_one_error_line(
+            lines, f"the weights of {folder} are a pickle", "never unpickles", "save_pretrained"
+        )
+        assert "corrupt" not in line and "weights_only=False will likely succeed" not in line
+    assert not (tmp_path / "run").exists()
+    # the conversion the line names, done where the file is trusted (here: this test wrote it)
+    torch.load(folder / "pytorch_model.bin", weights_only=False).save_pretrained(str(folder))
+    code, lines = run_cli(capsys, *evaluate)
+    assert code == 0, lines

@@ -58,9 +58,7 @@ def test_tokenize_refuses_to_replace_a_folder_of_the_users(
     write_corpus(mine / "train.txt", 200, seed=1)
     (mine / "notes.md").write_text("my notes")
     before = snapshot(mine)
-    options = set_options(
-        tiny_data, tmp_path / "run", **{"data.train": str(mine / "train.txt"), "data.store": str(mine)}
-    )
+    options = set_options(tiny_data, tmp_path / "run", **{"data.store": str(mine)})
     code, lines = run_cli(capsys, "tokenize", *options)
     assert code == 2
     assert_one_error_line(lines, "mlmtrain: data: data.store", str(mine), "notes.md", "new folder")
@@ -443,6 +441,61 @@ def test_a_hub_tokenizer_in_offline_mode_is_one_line(tiny_data: Path, tmp_path: 
     options = set_options(tiny_data, tmp_path / "run", **{"tokenizer.path": str(tmp_path / "tok")})
     _, lines = run_offline(tmp_path, "tokenize", *options, "--tokenizer", "someone/tok", HF_HUB_OFFLINE="1")
     assert_one_error_line(lines, "someone/tok", "unreachable", "HF_HUB_OFFLINE")
+
+
+# (offline variables, what probe reads from the Hub): one variable asking for offline mode is offline for every library
+OFFLINE_ONE_OF_THEM = {
+    "transformers-offline-task": ({"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "1"}, ["--task", "hf:glue/sst2"]),
+    "hub-offline-task": ({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "0"}, ["--task", "hf:glue/sst2"]),
+    "transformers-offline-model": ({"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "1"}, ["--model", "someone/tiny"]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(OFFLINE_ONE_OF_THEM))
+def test_offline_in_one_variable_is_offline_for_every_library_and_no_password_is_printed(
+    case: str, trained_run: Path, tmp_path: Path
+) -> None:
+    """HF_HUB_OFFLINE=0 beside TRANSFORMERS_OFFLINE=1 (or the reverse for datasets): offline for datasets,
+    huggingface_hub and transformers alike, so no library goes online to retry for half a minute printing HF_ENDPOINT
+    with its password; one line, with no retry."""
+    variables, source = OFFLINE_ONE_OF_THEM[case]
+    options = {"--model": str(trained_run / "checkpoints" / "latest"), "--task": str(tmp_path / "unused")}
+    options.update(zip(source[::2], source[1::2], strict=True))
+    arguments = [part for option in options.items() for part in option] + ["--max-length", "32", "--device", "cpu"]
+    password = {"HF_ENDPOINT": "http://user:s3cret@127.0.0.1:9"}
+    _, lines = run_offline(tmp_path, "probe", *arguments, **password, **variables)
+    assert_one_error_line(lines, "someone/tiny" if "model" in case else "hf:glue/sst2")
+    assert not any("s3cret" in line or "Retrying" in line for line in lines), lines  # no library went online
+
+
+def test_whatever_a_library_logs_or_warns_goes_through_the_redaction() -> None:
+    """A library's retry line quotes the URL it requested, HF_ENDPOINT's password in it: from the moment mlmtrain is
+    about to reach the Hub (or its command line starts), log records and warnings are redacted."""
+    import io
+    import logging
+    import warnings
+
+    from mlmtrain.runtime.hub import offline_mode
+
+    offline_mode()
+    written = io.StringIO()
+    handler = logging.StreamHandler(written)
+    library = logging.getLogger("huggingface_hub.utils._http")
+    library.addHandler(handler)
+    try:
+        library.warning("'%s' thrown while requesting HEAD %s", "refused", "http://user:s3cret@host/x/config.json")
+        try:
+            raise ConnectionError("cannot reach https://user:s3cret@host/x")
+        except ConnectionError:
+            library.exception("retrying")
+    finally:
+        library.removeHandler(handler)
+    # what Python prints for a warning (showwarning writes what formatwarning makes)
+    written.write(warnings.formatwarning(UserWarning("token=hf_abcdefgh123 in a URL"), UserWarning, "lib.py", 1))
+    text = written.getvalue()
+    assert "http://user:***@host/x/config.json" in text and "https://user:***@host/x" in text
+    assert "token=*** in a URL" in text and "s3cret" not in text and "hf_abcdefgh123" not in text
 
 
 def test_the_memory_estimate_counts_the_parameters_of_the_built_model() -> None:

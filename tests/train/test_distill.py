@@ -213,6 +213,24 @@ def test_a_bad_distillation_setting_is_refused_in_one_line_with_nothing_written(
     assert not (tmp_path / "run").exists() and not (tmp_path / "tokens").exists()
 
 
+def test_a_tokenizer_kind_beside_a_teacher_names_the_teacher_and_dropping_it_trains(
+    teacher: Path, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """tokenizer.kind bpe with train.objective distill: the teacher brings the tokenizer, and the line says so
+    (not tokenizer.pretrained or model.init_from, which the user did not set); without tokenizer.kind it trains."""
+    one_step = {"train.max_steps": 1, "train.eval_every": 0, "checkpoint.save_every": 1}
+    options = distill_options(tiny_data, teacher, tmp_path, **one_step)
+    code, lines = run_cli(
+        capsys, "pretrain", *[arg for pair in [*options, "tokenizer.kind=bpe"] for arg in ("--set", pair)]
+    )
+    assert code == 2
+    line = assert_one_error_line(lines, "tokenizer.kind (bpe)", "distill.teacher brings one; drop tokenizer.kind")
+    assert "tokenizer.pretrained" not in line and "model.init_from" not in line
+    assert not (tmp_path / "run").exists()
+    code, lines = run_cli(capsys, "pretrain", *[arg for pair in options for arg in ("--set", pair)])
+    assert code == 0, lines
+
+
 def test_config_fields_shows_the_distill_section(capsys: pytest.CaptureFixture) -> None:
     from mlmtrain.cli.app import main
 
@@ -297,3 +315,30 @@ def test_a_resume_with_a_teacher_of_another_tokenizer_names_the_teacher_and_its_
         if code:
             line = assert_one_error_line(lines, "another tokenizer than the one distill.teacher", "tiny-teacher")
             assert "tokenizer.pretrained" not in line and "tokenizer.path" not in line
+
+
+def test_a_teacher_folder_that_now_holds_another_model_is_known_by_its_weights(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The same distill.teacher path, other weights: a resume would mix two teachers and is refused; the fix it names,
+    a branch, starts a new run that says its teacher changed (it was read on --resume without a word)."""
+    from safetensors.torch import load_file, save_file
+
+    teacher = write_teacher(tmp_path / "teacher")
+    common = {"train.max_steps": 4, "train.eval_every": 0, "checkpoint.save_every": 2}
+    pretrain(load_config(None, distill_options(tiny_data, teacher, tmp_path, **common, **{"train.pause_after": 2})))
+    tensors = load_file(str(teacher / "model.safetensors"))
+    save_file({name: value * 1.5 for name, value in tensors.items()}, str(teacher / "model.safetensors"))
+    options = [arg for pair in distill_options(tiny_data, teacher, tmp_path, **common) for arg in ("--set", pair)]
+    code, lines = run_cli(capsys, "pretrain", *options, "--resume")
+    assert code == 2
+    assert_one_error_line(lines, "holds other weights than the teacher", "would mix two teachers", "--branch-from")
+    branch = [
+        "--branch-from",
+        str(tmp_path / "run" / "checkpoints" / "step-2"),
+        "--set",
+        f"train.run_dir={tmp_path / 'new'}",
+    ]
+    code, lines = run_cli(capsys, "pretrain", *options, *branch)
+    assert code == 0, lines
+    assert any("holds other weights than the teacher" in line for line in lines if line.startswith("note:"))

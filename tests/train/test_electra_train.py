@@ -20,6 +20,7 @@ from ..helpers import (
     finish_torchrun,
     metrics,
     run_cli,
+    set_options,
     step_losses,
     tiny_overrides,
     torchrun,
@@ -184,6 +185,23 @@ def test_report_draws_the_electra_curves_and_its_checks_pass(electra_run: Path, 
     out = tmp_path / "page.html"
     report.write_report([electra_run], out=out)
     page = out.read_text()
-    for title in ("ELECTRA training loss parts", "ELECTRA generator perplexity", "ELECTRA replaced-token detection"):
+    for title in ("Training loss terms", "ELECTRA generator perplexity", "ELECTRA replaced-token detection"):
         assert title in page, title
     assert report.check_runs([electra_run])
+
+
+def test_a_generator_deeper_than_its_discriminator_is_refused_and_the_fix_trains(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """electra.generator_layers 5 over model.num_layers 2 was accepted silently: ELECTRA's generator is the smaller
+    model. One line before anything is written, naming the largest depth that works; with it, the run trains."""
+    deeper = {**ELECTRA, "electra.generator_layers": 5, "model.num_layers": 2, "train.max_steps": 1}
+    code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, tmp_path / "run", **deeper))
+    assert code == 2
+    assert_one_error_line(lines, "electra.generator_layers (5)", "set electra.generator_layers to 2 or fewer")
+    assert not (tmp_path / "run").exists()
+    fixed = {**deeper, "electra.generator_layers": 2, "checkpoint.save_every": 1, "train.eval_every": 0}
+    code, lines = run_cli(capsys, "pretrain", *set_options(tiny_data, tmp_path / "run", **fixed))
+    assert code == 0, lines
+    generator = json.loads((tmp_path / "run" / "checkpoints" / "step-1" / "generator" / "config.json").read_text())
+    assert generator["num_hidden_layers"] == 2

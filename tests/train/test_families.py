@@ -61,14 +61,17 @@ def _ids(tokenizer) -> dict[str, int]:
     return {"pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.cls_token_id}
 
 
-def _roberta(tokenizer):
-    from transformers import RobertaConfig, RobertaForMaskedLM
+def _roberta(tokenizer, model_type: str = "roberta"):
+    """A RoBERTa, or a model of a type the RoBERTa family takes (xlm-roberta, camembert) with its own classes."""
+    from transformers import AutoConfig, AutoModelForMaskedLM
 
     # RoBERTa's positions start after padding_idx: pad + 1 more rows than the longest sequence
     rows = POSITIONS + tokenizer.pad_token_id + 1
-    config = RobertaConfig(vocab_size=len(tokenizer), max_position_embeddings=rows, type_vocab_size=1, **SHAPE)
+    config = AutoConfig.for_model(
+        model_type, vocab_size=len(tokenizer), max_position_embeddings=rows, type_vocab_size=1, **SHAPE
+    )
     config.update({**_ids(tokenizer), "eos_token_id": tokenizer.sep_token_id})
-    return RobertaForMaskedLM(config)
+    return AutoModelForMaskedLM.from_config(config)
 
 
 def _distilbert(tokenizer):
@@ -314,6 +317,18 @@ def _rtd_deberta(folder: Path) -> Path:
     return folder
 
 
+def _modernbert_odd_heads(folder: Path) -> Path:
+    """A ModernBERT of heads of 15 dimensions (30 / 2), which its rotary positions cannot turn."""
+    from transformers import ModernBertConfig, ModernBertForMaskedLM
+
+    tokenizer = family_tokenizer("modernbert")
+    write_family_base(folder, "modernbert", tokenizer)
+    config = ModernBertConfig.from_pretrained(str(folder))
+    config.update({"hidden_size": 30, "intermediate_size": 60})
+    ModernBertForMaskedLM(config).save_pretrained(str(folder))
+    return folder
+
+
 # the families whose encoder cannot keep a token to its own document (data.document_attention within), by their names
 NOT_WITHIN_DOCUMENTS = {"distilbert": "DistilBERT", "deberta-v2": "DeBERTa-v2/v3"}
 BAD_BASES = {
@@ -331,6 +346,7 @@ BAD_BASES = {
     ),
     "rows": (_more_tokens_than_rows, {}, "model.init_from", "tokens but the model only"),
     "deberta-without-mlm-head": (_rtd_deberta, {}, "model.init_from", "use one with its masked-LM head"),
+    "modernbert-odd-heads": (_modernbert_odd_heads, {}, "model.init_from", "heads of 15 dimension(s)", "rotary"),
     "whole-word-unmarked": (
         lambda folder: write_family_base(folder, "modernbert", trained_tokenizer("plain", BRACKET_SPECIALS, "[MASK]")),
         {"masking.whole_word": True},
@@ -471,3 +487,66 @@ def test_a_deberta_with_the_v3_head_scores_on_the_selected_rows_as_its_full_logi
         expected = float(F.cross_entropy(logits, labels[labels != IGNORE_INDEX], reduction="sum"))
         for sparse in (True, False):
             assert float(MaskedLM(mlm, sparse_head=sparse)(ids, labels)) == pytest.approx(expected, rel=1e-5)
+
+
+# every model type of the family table (model/families.py): its base's masked-LM class, how to build it and tokenizer
+MODEL_TYPES = {
+    **{family: (spec[0], spec[1], family) for family, spec in FAMILIES.items()},
+    "bert": ("BertForMaskedLM", None, "distilbert"),  # write_base: a BERT with a WordPiece
+    "xlm-roberta": ("XLMRobertaForMaskedLM", lambda tokenizer: _roberta(tokenizer, "xlm-roberta"), "deberta-v2"),
+    "camembert": ("CamembertForMaskedLM", lambda tokenizer: _roberta(tokenizer, "camembert"), "deberta-v2"),
+}
+
+
+def test_every_model_type_of_the_family_table_has_a_case_below() -> None:
+    from mlmtrain.model.families import FAMILIES as TABLE
+
+    assert {model_type for family in TABLE for model_type in family.model_types} == set(MODEL_TYPES)
+
+
+@pytest.mark.parametrize("model_type", sorted(MODEL_TYPES))
+def test_a_checkpoint_is_saved_as_its_bases_own_class_and_model_type(
+    model_type: str, tiny_data: Path, tmp_path: Path
+) -> None:
+    """XLM-RoBERTa and CamemBERT share RoBERTa's family but keep their own class: a continued base's checkpoint has
+    the base's model_type and architectures, and AutoModelForMaskedLM loads it as the base's class."""
+    from transformers import AutoModelForMaskedLM
+
+    from .test_init_from import write_base
+
+    name, build, tokenizer_of = MODEL_TYPES[model_type]
+    base = tmp_path / "base"
+    if build is None:
+        write_base(base)
+    else:
+        tokenizer = family_tokenizer(tokenizer_of)
+        if model_type in ("xlm-roberta", "camembert"):  # SentencePiece, with RoBERTa's special tokens
+            tokenizer = trained_tokenizer("unigram", BPE_SPECIALS, "<mask>")
+        torch.manual_seed(7)
+        build(tokenizer).save_pretrained(str(base))
+        tokenizer.save_pretrained(str(base))
+    written = json.loads((base / "config.json").read_text())
+    assert (written["model_type"], written["architectures"]) == (model_type, [name])
+    write_corpus(tmp_path / "new.txt", 40, seed=5)
+    one_step = {"train.max_steps": 1, "train.eval_every": 0, "checkpoint.save_every": 1}
+    final = pretrain(load_config(None, _options(tiny_data, base, tmp_path / "run", **one_step)))
+    saved = json.loads((final / "config.json").read_text())
+    assert (saved["model_type"], saved["architectures"]) == (model_type, [name])
+    assert type(AutoModelForMaskedLM.from_pretrained(str(final))).__name__ == name
+
+
+def test_a_modernbert_base_with_many_positions_is_counted_by_its_weights_not_a_position_table(
+    tiny_data: Path, tmp_path: Path
+) -> None:
+    """ModernBERT's positions are rotary, with no table: a base stating a billion of them holds the weights of its
+    layers alone and continues, where counting a BERT's position table (a billion rows) refused it as too big."""
+    from transformers import ModernBertForMaskedLM
+
+    base = write_family_base(tmp_path / "base", "modernbert")
+    config = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 10**9}))
+    write_corpus(tmp_path / "new.txt", 40, seed=5)
+    one_step = {"train.max_steps": 1, "train.eval_every": 0, "checkpoint.save_every": 1}
+    options = _options(tiny_data, base, tmp_path / "run", **one_step)
+    final = pretrain(load_config(None, options))
+    assert type(ModernBertForMaskedLM.from_pretrained(str(final))).__name__ == "ModernBertForMaskedLM"

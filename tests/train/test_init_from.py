@@ -268,7 +268,7 @@ def test_a_hub_base_is_named_in_the_card_and_a_resume_needs_neither_the_hub_nor_
     import huggingface_hub.constants as hub_constants
     import yaml
 
-    from mlmtrain.train import base_model
+    from mlmtrain.runtime import hub
 
     name, commit, cache = "someone/tiny-bert", "0" * 40, tmp_path / "hub-cache"
     repo = cache / "models--someone--tiny-bert"
@@ -278,12 +278,12 @@ def test_a_hub_base_is_named_in_the_card_and_a_resume_needs_neither_the_hub_nor_
     monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    base_model._hub_snapshot.cache_clear()  # the folder a hub name resolves to is kept once a process
+    hub.hub_model_folder.cache_clear()  # the folder a hub name resolves to is kept once a process
     common = {"train.max_steps": 4, "train.eval_every": 2, "checkpoint.save_every": 2}
     options = continue_options(tiny_data, name, tmp_path, **common, **{"train.pause_after": 2})
     assert pretrain(load_config(None, options)).name == "step-2"
     shutil.rmtree(cache)
-    base_model._hub_snapshot.cache_clear()
+    hub.hub_model_folder.cache_clear()
     run = tmp_path / "run"
     code, lines = run_cli(capsys, "pretrain", "--config", str(run / "mlmtrain.yaml"), "--resume", "auto")
     assert code == 0, lines

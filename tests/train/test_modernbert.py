@@ -165,6 +165,31 @@ def test_what_only_bert_has_is_refused_in_one_line_with_nothing_written(
     assert not run_dir.exists()
 
 
+@pytest.mark.parametrize("hidden, heads, fixed", [(126, 2, 3), (64, 64, 32)], ids=["odd-head", "head-of-one"])
+def test_heads_that_rotary_positions_cannot_turn_are_refused_before_anything_is_written(
+    hidden: int, heads: int, fixed: int, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Rotary positions turn a head's dimensions in pairs: 126 / 2 = 63 failed at step 1 (after the tokenizer and
+    store were written), 64 / 64 = 1 trained a rotary embedding broadcast to 2 dimensions. One line at once, naming
+    a num_heads that works; with it, ModernBERT trains."""
+    data = copy_corpus(tiny_data, tmp_path)
+    shape = {**MODERN, "model.hidden_size": hidden, "model.intermediate_size": 64, "train.max_steps": 1}
+    code, lines = run_cli(
+        capsys, "pretrain", *set_options(data, tmp_path / "run", **shape, **{"model.num_heads": heads})
+    )
+    assert code == 2
+    assert_one_error_line(lines, f"model.num_heads ({heads})", "rotary", f"set model.num_heads to {fixed}")
+    assert (
+        sorted(path.name for path in data.iterdir()) == ["train.txt", "valid.txt"] and not (tmp_path / "run").exists()
+    )
+    code, lines = run_cli(
+        capsys, "pretrain", *set_options(data, tmp_path / "run", **shape, **{"model.num_heads": fixed})
+    )
+    assert code == 0, lines
+    config = json.loads((tmp_path / "run" / "checkpoints" / "step-1" / "config.json").read_text())
+    assert (config["hidden_size"] // config["num_attention_heads"]) % 2 == 0
+
+
 @pytest.mark.skipif(int(__import__("transformers").__version__.split(".")[0]) < 5, reason="within needs transformers 5")
 def test_modernbert_from_scratch_attends_within_documents_and_evaluates_so(
     tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture

@@ -12,6 +12,7 @@ from mlmtrain.config import load_config
 from mlmtrain.report.health import run_checks
 from mlmtrain.report.rundata import load_run
 from mlmtrain.runtime.progress import duration
+from mlmtrain.train.budget import Budget
 from mlmtrain.train.loop import pretrain
 from mlmtrain.train.plan import Forecast, RateMeter, forecast
 from mlmtrain.train.step import TrainState
@@ -32,8 +33,8 @@ from ..helpers import metrics
 def test_the_forecast_names_the_budget_that_ends_the_run_first(budgets: list[str], expected: Forecast) -> None:
     """100 steps of 1,000 tokens (10 MFLOPs each) done in 10 s: 2 steps/s from here on."""
     state = TrainState(step=100, tokens=100_000, flops=1_000_000_000, elapsed_s=10.0)
-    assert forecast(load_config(None, budgets), state, 2.0, 1000.0) == expected
-    assert forecast(load_config(None, budgets), state, 0.0, 1000.0) is None  # no rate yet: no forecast
+    assert forecast(Budget(load_config(None, budgets)), state, 2.0, 1000.0) == expected
+    assert forecast(Budget(load_config(None, budgets)), state, 0.0, 1000.0) is None  # no rate yet: no forecast
 
 
 def test_the_rate_leaves_out_the_first_steps_and_waits_for_enough_steps() -> None:

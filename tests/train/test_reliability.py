@@ -172,13 +172,14 @@ def test_a_run_resumed_from_an_older_checkpoint_sets_the_later_ones_aside_and_ke
     resumed = [*options, "--set", "checkpoint.keep_last=2"]
     code, lines = run_cli(capsys, "pretrain", *resumed, "--resume", str(older), "--set", "train.pause_after=3")
     assert code == 0 and lines[-1].startswith("stopped at step 3"), lines
-    assert lines[-1].rstrip().endswith("--resume (same --set options)"), lines[-1]
+    # the fix it names is the run's own config: the resume below follows it
+    assert lines[-1].rstrip().endswith(f"mlmtrain pretrain --config {run_dir / 'mlmtrain.yaml'} --resume"), lines[-1]
     aside = root / "superseded-at-step-2"
     assert any("moved step-4, step-6" in line and str(aside) in line for line in lines), lines
     assert {name: (aside / name / "model.safetensors").read_bytes() for name in earlier} == earlier
     assert (root / "latest").resolve() == (root / "step-3").resolve()
     assert assert_checkpoints_sound(run_dir).name == "step-3"
-    code, lines = run_cli(capsys, "pretrain", *resumed, "--resume", "auto")
+    code, lines = run_cli(capsys, "pretrain", "--config", str(run_dir / "mlmtrain.yaml"), "--resume")
     assert code == 0 and any("at step 3" in line for line in lines), lines
     assert [p.name for _, p in ownership.complete_checkpoints(run_dir)] == ["step-4", "step-6"]
     # --overwrite knows the folder as mlmtrain's and removes it with the rest of the run

@@ -237,3 +237,38 @@ def test_bad_branches_are_refused_in_one_line_and_write_nothing(
         assert "--overwrite" not in line  # the new folder holds nothing to overwrite: the fix is another checkpoint
         assert not new.exists(), extra
     assert snapshot(source_run) == before
+
+
+def test_a_branch_inside_its_source_run_or_through_a_link_into_it_is_refused(
+    source_run: Path, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The branch's train.run_dir may not be the source run, lie inside it (RUN/branch-a), also through a link into
+    it, nor hold it: one line naming the fix, the source byte for byte as it was. The fix (a new folder outside it)
+    is what test_a_branch_continues_a_checkpoint_in_a_new_run_and_leaves_the_source_byte_identical follows."""
+    before = snapshot(source_run)
+    (tmp_path / "link").symlink_to(source_run)
+    step_5 = str(source_run / "checkpoints" / "step-5")
+    cases = {
+        source_run / "branch-a": "lies inside the run",
+        tmp_path / "link" / "branch-b": f"(it leads to {source_run.resolve() / 'branch-b'}) lies inside the run",
+        source_run / "checkpoints" / "branch-c": "lies inside the run",
+        source_run.parent: "holds the run",
+    }
+    for run_dir, needle in cases.items():
+        options = set_options(tiny_data, run_dir, **{**WSD, "tokenizer.path": None, "data.store": None})
+        code, lines = run_cli(capsys, "pretrain", *options, "--branch-from", step_5)
+        assert code == 2, (run_dir, lines)
+        assert_one_error_line(lines, f"train.run_dir {run_dir}", needle, "--set train.run_dir=NEW")
+    assert snapshot(source_run) == before
+
+
+def test_a_masking_schedule_beside_a_flop_budget_names_a_fix_that_loads(tiny_config, tmp_path: Path) -> None:
+    """masking.schedule follows train.max_steps, which a FLOP budget leaves null; the first fix named used to be
+    "set train.max_steps", which train.max_flops then refused. Each fix named now loads, and the first one trains."""
+    settings = {**MASK_SCHEDULE, "train.max_flops": 1e9}
+    fixes = "set train.max_steps in place of train.max_flops, or masking.schedule: constant without masking.mlm_prob"
+    with pytest.raises(UserError, match=fixes):
+        load_config(None, settings)
+    in_place = {**MASK_SCHEDULE, "train.max_steps": 2, "train.run_dir": str(tmp_path / "run")}
+    assert pretrain(tiny_config(**in_place)).name == "step-2"
+    assert load_config(None, {**settings, "masking.schedule": "constant", "masking.mlm_probability_end": None})

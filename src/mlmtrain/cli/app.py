@@ -15,7 +15,7 @@ import click
 import typer
 
 from mlmtrain import __version__
-from mlmtrain.errors import UserError, interrupt_on_sigterm, redact
+from mlmtrain.errors import UserError, interrupt_on_sigterm, redact, redact_library_messages
 from mlmtrain.probe_settings import ProbeSettings, option_help
 
 # What each option and argument takes, in words, for --help (Typer would otherwise show Python types: <list[str]>)
@@ -463,6 +463,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     """Entry point: run the app, turning user mistakes into one line and exit code 2."""
     args = _normalise_argv(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    redact_library_messages()  # a library's log and warning lines may quote URLs from the environment
     try:
         with interrupt_on_sigterm():  # every command: SIGTERM reads like Ctrl-C ("interrupted", exit 130)
             code = app(args=args, prog_name="mlmtrain", standalone_mode=False)

@@ -23,7 +23,9 @@ from mlmtrain.config.loading import (
     SAVED_CONFIG_HEADER,
     apply_override,
     config_from_dict,
+    config_with,
     load_config,
+    phase_configs,
     read_yaml,
     replaceable_config,
     save_config,
@@ -32,6 +34,7 @@ from mlmtrain.config.loading import (
 )
 from mlmtrain.config.model import DistillConfig, ElectraConfig, ModelConfig
 from mlmtrain.config.outputs import ProbeConfig, ReportConfig
+from mlmtrain.config.phases import PHASE_KEYS, PhaseConfig
 from mlmtrain.config.published import (
     PATH_KEYS,
     local_name,
@@ -59,6 +62,7 @@ from mlmtrain.config.training import CheckpointConfig, OptimConfig, TrainConfig
 __all__ = [
     "LARGEST_INT",
     "PATH_KEYS",
+    "PHASE_KEYS",
     "RESUME_KINDS",
     "SAVED_CONFIG_HEADER",
     "SECTIONS",
@@ -72,6 +76,7 @@ __all__ = [
     "MaskingConfig",
     "ModelConfig",
     "OptimConfig",
+    "PhaseConfig",
     "ProbeConfig",
     "ReportConfig",
     "Source",
@@ -81,6 +86,7 @@ __all__ = [
     "apply_override",
     "at_least",
     "config_from_dict",
+    "config_with",
     "describe_fields",
     "field_default",
     "flatten",
@@ -89,6 +95,7 @@ __all__ = [
     "looks_like_path",
     "names_hub_repository",
     "other_objectives_sections",
+    "phase_configs",
     "parse_duration",
     "published_settings",
     "published_value",

@@ -77,7 +77,8 @@ class TokenizerConfig:
     min_frequency: int = trains(2, "a merge must occur this often to enter the vocabulary", check=at_least(1))
     limit_alphabet: int = trains(
         1000,
-        "at most this many distinct characters in the initial alphabet (wordpiece; bpe starts from the 256 bytes)",
+        "at most this many distinct characters in the initial alphabet (wordpiece; refused with bpe, which starts "
+        "from the 256 bytes)",
         check=at_least(1),
     )
     extend_vocab: int = trains(

@@ -3,6 +3,7 @@ the user stated recorded (`load_config`); and saving the resolved config beside 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import math
@@ -13,8 +14,9 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from mlmtrain.config.phases import BUDGETS, check_phase_key, check_whole_run, read_phases
 from mlmtrain.config.published import published_yaml
-from mlmtrain.config.schema import SECTIONS, Config, other_objectives_sections
+from mlmtrain.config.schema import SECTIONS, Config, other_objectives_sections, section_fields
 from mlmtrain.errors import UserError, first_line, shown
 from mlmtrain.readers import load_yaml_text
 
@@ -178,15 +180,18 @@ def _build_section(name: str, cls: type, values: Any) -> Any:
 
 
 def config_from_dict(tree: dict[str, Any]) -> Config:
-    """A validated Config from a nested dict of sections."""
+    """A validated Config from a nested dict of sections (and `phases:`, a list: config/phases.py)."""
     for name in tree:
-        if name not in SECTIONS:
+        if name not in (*SECTIONS, "phases"):
             raise UserError("config", f"unknown section {shown(str(name))}{_suggest(str(name)[:100], list(SECTIONS))}")
     hints = typing.get_type_hints(Config)
     config = Config(**{name: _build_section(name, hints[name], tree.get(name)) for name in SECTIONS})
     config.stated = frozenset(f"{name}.{key}" for name in SECTIONS for key in tree.get(name) or {})
-    if config.train.max_flops is not None and "train.max_steps" not in config.stated:
-        config.train.max_steps = None  # a FLOP budget replaces the default step budget, not one the user set
+    config.phases = read_phases(tree.get("phases"))
+    stated_budgets = {key: getattr(config.train, key) for key in BUDGETS if f"train.{key}" in config.stated}
+    check_whole_run(stated_budgets, config.optim.schedule, config.phases)
+    if (config.train.max_flops is not None or config.phases) and "train.max_steps" not in config.stated:
+        config.train.max_steps = None  # a FLOP budget, or phases, replace the default step budget
     for section, owner in other_objectives_sections(config.train.objective).items():
         if stated := sorted(tree.get(section) or {}):
             raise UserError(
@@ -195,7 +200,41 @@ def config_from_dict(tree: dict[str, Any]) -> Config:
                 f"set train.objective: {owner}, or drop the {section} section",
             )
     config.validate()
+    phase_configs(config)  # each phase's settings are keys a phase may set, and make a valid config
     return config
+
+
+def config_with(config: Config, settings: dict[str, Any]) -> Config:
+    """A copy of `config` with `settings` ({section.key: value}, values as YAML gives them) over it, each coerced and
+    checked as `load_config` checks a key, then the whole validated; the settings count as stated."""
+    changed = copy.deepcopy(config)
+    hints = typing.get_type_hints(Config)
+    by_section: dict[str, dict[str, Any]] = {}
+    for dotted, value in settings.items():
+        section, key = dotted.split(".")
+        by_section.setdefault(section, {})[key] = value
+    for section, values in by_section.items():
+        current = {f.name: getattr(getattr(changed, section), f.name) for f in dataclasses.fields(hints[section])}
+        setattr(changed, section, _build_section(section, hints[section], {**current, **values}))
+    changed.stated = frozenset({*config.stated, *settings})
+    changed.validate()
+    return changed
+
+
+def phase_configs(config: Config) -> list[Config]:
+    """The config each phase trains under: `config` with the settings of that phase and of every phase before it over
+    it, in order; UserError naming the phase for a key a phase may not set or a setting the config refuses."""
+    known = {f"{section}.{f.name}" for section in SECTIONS for f in section_fields(section)}
+    configs, settings = [], {}
+    for phase in config.phases:
+        for dotted in phase.set:
+            check_phase_key(phase.name, dotted, known)
+        settings = {**settings, **phase.set}
+        try:
+            configs.append(config_with(config, settings))
+        except UserError as error:
+            raise UserError(error.topic, f"phases: {phase.name}: {error.message}") from None
+    return configs
 
 
 def load_config(

@@ -19,7 +19,9 @@ class ModelConfig:
     )
     hidden_size: int = trains(256, "width of the encoder", check=at_least(1))
     num_layers: int = trains(4, "transformer layers", check=at_least(1))
-    num_heads: int = trains(4, "attention heads; must divide hidden_size", check=at_least(1))
+    num_heads: int = trains(
+        4, "attention heads; must divide hidden_size (modernbert: into heads of an even size)", check=at_least(1)
+    )
     intermediate_size: int = trains(1024, "width of the feed-forward layer", check=at_least(1))
     max_position_embeddings: int = trains(512, "longest sequence the model can take", check=at_least(1))
     dropout: Union[float, None] = setting(
@@ -48,6 +50,18 @@ class ModelConfig:
     )
     pad_vocab_multiple: int = trains(
         1, "round the embedding rows up to a multiple of this (64 suits GPUs)", check=at_least(1)
+    )
+    global_rope_theta: Union[float, None] = trains(
+        None,
+        "ModernBERT: the base of the rotary positions of its global attention layers (160000 raised for a longer "
+        "context, as Ettin's extension phase does); null: the model's own (a base's, else 160000)",
+        check=above(0),
+    )
+    local_rope_theta: Union[float, None] = trains(
+        None,
+        "ModernBERT: the base of the rotary positions of its local (sliding-window) attention layers; null: the "
+        "model's own (a base's, else 10000)",
+        check=above(0),
     )
     init_from: Union[str, None] = trains(
         None,
@@ -85,7 +99,7 @@ class ElectraConfig:
     )
     generator_layers: Union[int, None] = trains(
         None,
-        "generator transformer layers; null: as many as model.num_layers",
+        "generator transformer layers, at most model.num_layers; null: as many",
         check=at_least(1),
     )
     discriminator_weight: float = trains(

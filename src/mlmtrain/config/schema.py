@@ -15,6 +15,7 @@ from mlmtrain.config.data import DataConfig, MaskingConfig, TokenizerConfig
 from mlmtrain.config.fields import check_fields, require
 from mlmtrain.config.model import DistillConfig, ElectraConfig, ModelConfig
 from mlmtrain.config.outputs import ProbeConfig, ReportConfig
+from mlmtrain.config.phases import PhaseConfig
 from mlmtrain.config.training import CheckpointConfig, OptimConfig, TrainConfig
 
 
@@ -32,6 +33,8 @@ class Config:
     distill: DistillConfig = field(default_factory=DistillConfig, metadata={"objective": "distill"})
     report: ReportConfig = field(default_factory=ReportConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    # the run's phases, in order (config/phases.py); empty: one phase, the train section's budgets; not a section
+    phases: list[PhaseConfig] = field(default_factory=list, metadata={"section": False})
     # the `section.key`s the YAML file and the overrides state (`config_from_dict`); not a section
     stated: ClassVar[frozenset[str]] = frozenset()
 
@@ -55,11 +58,36 @@ class Config:
                     f"model.{name}",
                     f"({value}) contradicts model.dropout ({self.model.dropout}); set one of them",
                 )
+        steps = (  # a FLOP budget sets the length alone: a max_steps may not stand beside it
+            "train.max_flops sets this run's length, and a max_steps beside it is refused: set train.max_steps in "
+            "place of train.max_flops"
+            if self.train.max_flops is not None
+            else "set train.max_steps (beside max_time or max_tokens if you like)"
+        )
         require(
             self.masking.schedule == "constant" or self.train.max_steps is not None,
             "masking.schedule",
-            f"({self.masking.schedule}) follows the steps of train.max_steps, which is null; set train.max_steps "
-            "(beside max_time or max_tokens if you like), or masking.schedule: constant",
+            f"({self.masking.schedule}) follows the steps of train.max_steps, which is null; {steps}, or "
+            "masking.schedule: constant without masking.mlm_probability_end",
+        )
+        train = self.train
+        require(
+            bool(self.phases)
+            or any(v is not None for v in (train.max_steps, train.max_tokens, train.max_time, train.max_flops)),
+            "train.max_steps",
+            "is null, and so are max_tokens, max_time and max_flops: set at least one budget (or phases)",
+        )
+        require(
+            self.masking.schedule == "constant" or not self.phases,
+            "masking.schedule",
+            f"({self.masking.schedule}) follows the run's steps, and the phases set the masking rate each trains "
+            "with; set masking.mlm_probability in each phase's set:, and masking.schedule: constant",
+        )
+        require(
+            not self.optim.decay or self.optim.schedule == "wsd",
+            "optim.decay",
+            f"is true, which places the decay of optim.schedule wsd, and optim.schedule is {self.optim.schedule}; "
+            "set optim.schedule: wsd or drop optim.decay",
         )
         require(
             not self.checkpoint.save_ema or self.train.ema is not None,
@@ -76,11 +104,19 @@ class Config:
             f"({self.model.architecture}) builds a model from scratch, and model.init_from continues "
             f"{self.model.init_from} as it is built; drop model.architecture or model.init_from",
         )
+        # the key that brings a tokenizer, the one the user set first (tokenizer.pretrained is filled from it)
+        brings = "model.init_from" if self.model.init_from else "tokenizer.pretrained"
         require(
             self.tokenizer.kind == "wordpiece" or not (self.tokenizer.pretrained or self.model.init_from),
             "tokenizer.kind",
-            f"({self.tokenizer.kind}) trains a tokenizer, and tokenizer.pretrained or model.init_from brings one; "
-            "drop tokenizer.kind or the tokenizer you bring",
+            f"({self.tokenizer.kind}) trains a tokenizer, and {brings} brings one; drop tokenizer.kind",
+        )
+        alphabet = self.tokenizer.limit_alphabet
+        require(
+            self.tokenizer.kind != "bpe" or alphabet == field_default("tokenizer", "limit_alphabet"),
+            "tokenizer.limit_alphabet",
+            f"({alphabet}) limits a WordPiece's alphabet, and tokenizer.kind bpe has none to limit (a byte-level BPE "
+            "starts from the 256 bytes); drop tokenizer.limit_alphabet",
         )
         require(
             not self.tokenizer.extend_vocab or bool(self.model.init_from),
@@ -133,13 +169,17 @@ class Config:
         )
         for section in other_objectives_sections(self.train.objective):
             del tree[section]  # e.g. an MLM run's saved config stays loadable: the electra section is ELECTRA-only
+        # phases, when there are, as a config file writes them: each with its one budget
+        tree["phases"] = [{key: value for key, value in phase.items() if value is not None} for phase in tree["phases"]]
+        if not tree["phases"]:
+            del tree["phases"]
         return tree
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-SECTIONS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config))
+SECTIONS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config) if f.metadata.get("section", True))
 
 
 def other_objectives_sections(objective: str) -> dict[str, str]:

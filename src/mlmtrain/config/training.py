@@ -48,6 +48,11 @@ class OptimConfig:
     decay_share: float = trains(
         0.2, "wsd: the share of the budget, at its end, that the decay takes", check=within(0, 1, "()")
     )
+    decay: bool = trains(
+        False,
+        "wsd: decay over this whole budget in place of its last decay_share; with phases, set it in the phase that "
+        "decays (without one, the last phase does)",
+    )
     decay_shape: Literal["linear", "1-sqrt"] = trains(
         "1-sqrt", "wsd: the decay's shape: linear, or 1 - sqrt(t), which stays high longer and falls at the end"
     )
@@ -136,14 +141,6 @@ class TrainConfig:
                 "train.micro_batch_size",
                 f"({self.micro_batch_size}) must divide train.batch_size ({self.batch_size})",
             )
-        require(
-            self.max_steps is not None
-            or self.max_tokens is not None
-            or self.max_time is not None
-            or self.max_flops is not None,
-            "train.max_steps",
-            "is null, and so are max_tokens, max_time and max_flops: set at least one budget",
-        )
         self.validate_max_flops()
 
     def validate_max_flops(self) -> None:

@@ -42,7 +42,7 @@ from mlmtrain.data.tokenizer import (
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.readers import read_json
 from mlmtrain.runtime.durable import fsync_dir, fsync_tree, write_marker
-from mlmtrain.runtime.files import building, check_replaceable, replace_folder
+from mlmtrain.runtime.files import building, check_apart, check_replaceable, local_inputs, replace_folder
 from mlmtrain.runtime.progress import progress_bar, say
 
 STORE_FORMAT = 2  # 2: special tokens written in a document are encoded as its text (1 gave them their ids)
@@ -367,6 +367,33 @@ def _prepare_tokenizer(cfg: Config, train_corpus: Any, tokenizer_source: Optiona
         f"{time.perf_counter() - started:.1f}s -> {folder}"
     )
     return load_tokenizer(folder)
+
+
+def check_outputs_apart(cfg: Config) -> None:
+    """UserError when a folder the config writes (train.run_dir, tokenizer.path, data.store) is or lies inside one it
+    reads (`runtime.files.check_apart`): a file or folder of data.train or data.validation (the next run would read
+    the run's files as text), the folder of model.init_from, distill.teacher or tokenizer.pretrained; nor may the
+    tokenizer and store folders, which are replaced whole, hold one. tokenizer.path may be such a model or tokenizer
+    folder itself: its tokenizer is then used as it is."""
+    sources = [[spec] if isinstance(spec, str) else spec or [] for spec in (cfg.data.train, cfg.data.validation)]
+    data = local_inputs((f"data.{split}", entry) for split, spec in zip(SPLITS, sources, strict=True) for entry in spec)
+    models = local_inputs(
+        [
+            ("model.init_from", cfg.model.init_from),
+            ("distill.teacher", cfg.distill.teacher),
+            ("tokenizer.pretrained", cfg.tokenizer.pretrained),
+        ]
+    )
+    tokenizer = cfg.tokenizer_dir.resolve()
+    used_in_place = [(key, path) for key, path in models if path.resolve() != tokenizer]
+    for key, folder, inputs in (
+        ("tokenizer.path", cfg.tokenizer_dir, data + used_in_place),
+        ("data.store", cfg.store_dir, data + models),
+    ):
+        check_apart(folder, key, inputs, f"set {key} to a folder outside it", topic="config")
+    # a run may read what it holds (tokenizer.pretrained: one of its own checkpoints, as a resume's fix names)
+    fix = "set train.run_dir to a folder outside it"
+    check_apart(Path(cfg.train.run_dir), "train.run_dir", data + models, fix, topic="config", holds=False)
 
 
 def tokenize_corpus(cfg: Config, quiet: bool = False, tokenizer_source: Optional[Path] = None) -> Path:

@@ -373,6 +373,8 @@ def load_masked_lm(folder: Union[str, Path]) -> tuple[Any, Any]:
             raise UserError("model", f"{folder} holds a {config.model_type!r} model, which has no masked-LM head")
         try:
             mlm, info = from_pretrained(AutoModelForMaskedLM, folder, config=config, output_loading_info=True)
+        except UserError:  # a pickle mlmtrain does not unpickle (model_folder.from_pretrained)
+            raise
         except Exception as error:  # safetensors, pickle and torch errors: a truncated or damaged file
             if "mismatch" in str(error).lower():  # whole weights of other shapes: it is config.json that changed
                 raise UserError(

@@ -225,6 +225,8 @@ def load_weights(model: str, config: Any, head: bool) -> Any:
     with quiet_transformers():
         try:
             loaded, info = from_pretrained(auto, model, config=config, output_loading_info=True)
+        except UserError:  # a pickle mlmtrain does not unpickle (model_folder.from_pretrained)
+            raise
         except Exception as error:  # safetensors, pickle and torch errors: a truncated or damaged file
             raise UserError("model", f"cannot load the weights of {model}: {first_line(error)}") from error
     prefix = loaded.base_model_prefix

@@ -177,13 +177,15 @@ def protocol(settings: ProbeSettings, seeds: Sequence[int]) -> dict[str, Any]:
 
 
 def open_scorecard(
-    path: Path, model: str, suite: str, tasks: list[SuiteTask], plan: dict[str, Any], resume: bool
+    path: Path, model: str, weights: str, suite: str, tasks: list[SuiteTask], plan: dict[str, Any], resume: bool
 ) -> Scorecard:
-    """The scorecard to fill: a new one, or (resume) the one at `path`, refused unless it scored the same model on
-    the same tasks under the same protocol. An unfinished one is never started afresh without --resume."""
+    """The scorecard to fill: a new one, or (resume) the one at `path`, refused unless it scored the same model (by
+    its `weights`' fingerprint, not its name: a checkpoints/latest may have moved on) on the same tasks under the same
+    protocol. An unfinished one is never started afresh without --resume."""
     record = {
         "generator": GENERATOR,
         "model": published_value("model.init_from", model),  # by name, as a checkpoint keeps every path
+        "weights": weights,  # what the model is: runtime.model_folder.weights_fingerprint
         "suite": published_value("probe.task", suite),
         "protocol": plan,
         "tasks": {task.name: {**task.described(), "metric": task.metric, "runs": []} for task in tasks},
@@ -202,7 +204,14 @@ def open_scorecard(
         return Scorecard(path, record)
     if not existing:
         raise UserError("argument", f"--resume: there is no scorecard at {path} to finish; run without --resume")
-    for key, what in (("model", "model"), ("protocol", "protocol"), ("suite", "suite")):
+    if existing.get("weights") != weights:
+        raise UserError(
+            "argument",
+            f"--resume: {path} scored other weights ({shown(existing.get('model'), 60)}) than {model} holds now (a "
+            "checkpoints/latest that moved on, a folder written again), and a scorecard never mixes two models' "
+            "seeds; resume with --model naming the model it scored, or pass --out NEW_FILE.json to start afresh",
+        )
+    for key, what in (("protocol", "protocol"), ("suite", "suite")):
         if existing.get(key) != record[key]:
             raise UserError(
                 "argument",
@@ -231,9 +240,15 @@ def check_metrics(task: SuiteTask, loaded: Task) -> None:
     """A UserError when a metric does not fit the task's labels (Pearson on classes, F1 of class 1 on three)."""
     for metric in task.metrics:
         if METRICS[metric] != loaded.regression:
-            kind = "float labels (a regression)" if loaded.regression else f"{len(loaded.classes)} classes"
-            fits = "pearson or spearman" if loaded.regression else "accuracy, f1 or mcc"
-            raise UserError("suite", f"task {task.name!r}: metric {metric} does not fit its {kind}; use {fits}")
+            if loaded.regression:
+                kind, fix = "float labels (a regression)", "use pearson or spearman"
+            else:  # labels that are numbers, written as floats, make the task a regression
+                named = ", ".join(map(repr, loaded.classes[:3])) + (", ..." if len(loaded.classes) > 3 else "")
+                kind = f"{len(loaded.classes)} classes ({named})"
+                fix = "use accuracy, f1 or mcc"
+                if all(isinstance(label, int) and not isinstance(label, bool) for label in loaded.classes):
+                    fix = f"write the labels as floats (3.0, not 3) to score a regression, or {fix}"
+            raise UserError("suite", f"task {task.name!r}: metric {metric} does not fit its {kind}; {fix}")
         if metric == "f1" and len(loaded.classes) != 2:
             raise UserError(
                 "suite",
@@ -323,6 +338,16 @@ def run_suite(
     """Fine-tune every (task, seed) not yet in the scorecard, writing it after each; returns the scorecard."""
     todo = [task for task in tasks if len(scorecard.runs(task.name)) < len(seeds)]
     loaded = {task.name: load_suite_task(task) for task in todo}  # every task read and checked before any training
+    for name, task in loaded.items():  # a task known by its examples: a resume never mixes two datasets' seeds
+        entry, data = scorecard.record["tasks"][name], task.fingerprint()
+        if entry["runs"] and entry.get("data") != data:
+            raise UserError(
+                "argument",
+                f"--resume: task {name!r} holds other examples than when {scorecard.path} scored its first seeds (its "
+                "files changed), and a task's median never mixes two datasets; restore them, or pass --out "
+                "NEW_FILE.json to start afresh",
+            )
+        entry["data"] = data
     # the work of one seed, in examples fine-tuned on: what the time left is estimated by
     work = {
         name: len(task.train.subset(settings.max_train_examples)) * settings.epochs for name, task in loaded.items()

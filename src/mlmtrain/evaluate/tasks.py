@@ -5,6 +5,8 @@ make a classification task, float labels a regression one; every label of valid 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import random
 import re
@@ -18,7 +20,7 @@ import torch
 
 from mlmtrain.data.records import Reading, Record, read_records
 from mlmtrain.errors import UserError, first_line
-from mlmtrain.runtime.hub import hub_unreachable, offline_mode
+from mlmtrain.runtime.hub import hub_unreachable, libraries_offline, offline_mode
 
 TASK_SUFFIXES = (".jsonl", ".csv", ".parquet")
 SPLIT_NAMES = {"train": ("train",), "valid": ("valid", "validation", "dev"), "test": ("test",)}
@@ -77,6 +79,12 @@ class Task:
     @property
     def majority_class(self) -> Any:
         return Counter(self.train.labels).most_common(1)[0][0] if not self.regression else None
+
+    def fingerprint(self) -> str:
+        """What identifies the task by its examples, not by where they were read: "sha256:" and the digest of every
+        split's texts, pairs and labels, in order."""
+        splits = [[split.texts, split.pairs, split.labels] for split in (self.train, self.valid, self.test)]
+        return "sha256:" + hashlib.sha256(json.dumps(splits, default=repr).encode("utf-8")).hexdigest()
 
 
 def _task_error(message: str) -> UserError:
@@ -189,14 +197,16 @@ def _hub_records(spec: str, test_split: Optional[str] = None) -> dict[str, tuple
     import datasets  # datasets: heavy, loaded for a Hub task alone
 
     # offline mode reads the datasets cache; otherwise an unreachable Hub fails at once, not after half a minute
-    unreachable = None if offline_mode() else hub_unreachable()
+    offline = offline_mode() is not None
+    unreachable = None if offline else hub_unreachable()
     if unreachable:
         raise _task_error(
             f"cannot load hub dataset {spec}: the Hugging Face Hub is unreachable ({unreachable}); a task folder in "
             "its column layout works offline (or HF_DATASETS_OFFLINE=1 reads what the datasets cache holds)"
         )
     try:
-        loaded = datasets.load_dataset(name, config)
+        with libraries_offline(offline):
+            loaded = datasets.load_dataset(name, config)
     except Exception as error:  # not found, offline, gated: many types, one meaning for the user
         raise _task_error(
             f"cannot load hub dataset {spec}: {first_line(error)}; a task folder in its column layout works offline"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 import torch
 
@@ -21,13 +22,14 @@ from mlmtrain.model.bert import (
     flops_per_token,
     planned_parameter_count,
 )
-from mlmtrain.model.families import BERT, MODERNBERT, Family
+from mlmtrain.model.families import BERT, MODERNBERT, Family, check_rotary_heads
 from mlmtrain.model.modernbert import (
     build_modernbert,
     modernbert_config,
     modernbert_flops_per_token,
     modernbert_parameter_count,
 )
+from mlmtrain.runtime.model_folder import weight_files, weights_parameter_count
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class Architecture:
     parameters: Callable[[ModelConfig, int], int]  # (cfg, vocab_size) -> parameters, without building it
     # (cfg, vocab_size, seq_len, mlm_probability, sparse_head) -> training FLOPs per input token
     flops_per_token: Callable[[ModelConfig, int, int, float, bool], float]
+    # UserError for a shape it cannot run (ModernBERT's rotary positions need heads of an even size)
+    check_shape: Callable[[ModelConfig], None] = lambda cfg: None
 
 
 ARCHITECTURES = {
@@ -54,6 +58,7 @@ ARCHITECTURES = {
         build=build_modernbert,
         parameters=modernbert_parameter_count,
         flops_per_token=modernbert_flops_per_token,
+        check_shape=check_rotary_heads,
     ),
 }
 
@@ -63,15 +68,22 @@ def architecture_of(cfg: ModelConfig) -> Architecture:
     return ARCHITECTURES[cfg.architecture]
 
 
-def check_model_fits(cfg: ModelConfig, vocab_size: int, device: torch.device) -> None:
-    """UserError, before anything is allocated, for a model whose training state cannot fit on `device`."""
-    parameters = architecture_of(cfg).parameters(cfg, vocab_size)
+def check_model_fits(cfg: ModelConfig, vocab_size: int, device: torch.device, base: Optional[Path] = None) -> None:
+    """UserError, before anything is allocated, for a model whose training state cannot fit on `device`: the model
+    `cfg` builds, or the one in `base` (a base or checkpoint the run continues), counted from its weights' headers,
+    whatever its family keeps (ModernBERT has no position table to count)."""
+    counted = base is not None and bool(weight_files(base))
+    parameters = weights_parameter_count(base) if counted else architecture_of(cfg).parameters(cfg, vocab_size)
     needed, available = parameters * TRAINING_BYTES_PER_PARAMETER, device_memory_bytes(device)
     if needed > available:
+        what = (
+            f"{base} has"
+            if counted
+            else f"model.hidden_size={cfg.hidden_size}, num_layers={cfg.num_layers}, intermediate_size="
+            f"{cfg.intermediate_size} make"
+        )
         raise UserError(
             "model",
-            f"model.hidden_size={cfg.hidden_size}, num_layers={cfg.num_layers}, intermediate_size="
-            f"{cfg.intermediate_size} make {parameters / 1e6:,.0f}M parameters, about {needed / 1e9:,.1f} GB to "
-            f"train (weights, gradients, AdamW state in float32), more than the {available / 1e9:,.1f} GB of "
-            f"{device}; choose a smaller model",
+            f"{what} {parameters / 1e6:,.0f}M parameters, about {needed / 1e9:,.1f} GB to train (weights, gradients, "
+            f"AdamW state in float32), more than the {available / 1e9:,.1f} GB of {device}; choose a smaller model",
         )

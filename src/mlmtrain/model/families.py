@@ -94,6 +94,61 @@ def _layer_type_masks(mlm: Any, same: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"full_attention": same[:, None], "sliding_attention": (same & window)[:, None]}
 
 
+def rotary_head_problem(hidden_size: int, num_heads: int) -> Optional[str]:
+    """Why heads of hidden_size / num_heads dimensions cannot take rotary positions (ModernBERT's), None when they
+    can: a rotary embedding turns each head's dimensions in pairs, so a head needs an even number of them (an odd
+    one fails in the first forward pass, or, at 1, broadcasts silently to 2)."""
+    head = hidden_size // num_heads
+    if hidden_size % num_heads or head % 2 == 0:
+        return None  # heads that do not divide the width are refused for that reason
+    return (
+        f"heads of {head} dimension(s) ({hidden_size} / {num_heads}), and rotary positions turn a head's dimensions "
+        "in pairs: a head needs an even number of them"
+    )
+
+
+def even_heads(hidden_size: int, num_heads: int) -> str:
+    """The nearest change of model.num_heads (else of hidden_size) that gives heads of an even size."""
+    even = [n for n in range(1, hidden_size + 1) if hidden_size % n == 0 and (hidden_size // n) % 2 == 0]
+    if not even:
+        return f"set model.hidden_size to {num_heads * (hidden_size // num_heads + 1)}"
+    return f"set model.num_heads to {min(even, key=lambda n: (abs(n - num_heads), -n))}"
+
+
+def check_rotary_bases(family: Family, cfg: ModelConfig, what: str) -> None:
+    """UserError for model.global_rope_theta or local_rope_theta set for `what`, a model of `family`, whose positions
+    are not rotary (BERT's are learned): the setting would be recorded and change nothing."""
+    for key in ("global_rope_theta", "local_rope_theta"):
+        if getattr(cfg, key) is not None and not family.rotary:
+            raise UserError(
+                "config",
+                f"model.{key} sets the base of rotary positions, and {what} learns its positions (a {family.name} "
+                f"model); drop model.{key}",
+            )
+
+
+def check_rotary_heads(cfg: ModelConfig) -> None:
+    """UserError for a model section whose heads rotary positions cannot turn (`rotary_head_problem`), naming the
+    model.num_heads that works."""
+    problem = rotary_head_problem(cfg.hidden_size, cfg.num_heads)
+    if problem is not None:
+        raise UserError(
+            "config",
+            f"model.num_heads ({cfg.num_heads}) gives model.architecture modernbert {problem}; "
+            f"{even_heads(cfg.hidden_size, cfg.num_heads)}",
+        )
+
+
+def _rotary_blocker(config: Mapping[str, Any]) -> Optional[str]:
+    """A ModernBERT whose heads have an odd number of dimensions, which its rotary positions cannot turn (transformers
+    fails in the first forward pass, or at 1 broadcasts silently)."""
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    if not (isinstance(hidden, int) and isinstance(heads, int) and heads > 0):
+        return None
+    reason = rotary_head_problem(hidden, heads)
+    return f"holds a ModernBERT with {reason}: no model of that shape runs; use another model" if reason else None
+
+
 def _modernbert_within_blocker() -> Optional[str]:
     """Why the installed transformers cannot keep ModernBERT's attention to each document: 4.x draws its global and
     local masks itself from a padding mask."""
@@ -159,6 +214,8 @@ class Family:
     # its layers are BERT's (attention.self.query/key/value, attention.output, intermediate, output): the last one can
     # run on the selected positions alone (last_layer.py)
     bert_layout: bool = False
+    # its positions are rotary (ModernBERT's): model.global_rope_theta and local_rope_theta set their bases
+    rotary: bool = False
 
     @property
     def architecture_keys(self) -> tuple[str, ...]:
@@ -166,10 +223,15 @@ class Family:
         keys that fix its modules and tensors (`_FIXED_KEYS`)."""
         return (*self.shape.values(), *_FIXED_KEYS)
 
-    def masked_lm_class(self) -> Any:
+    def masked_lm_class(self, model_type: Any = None) -> Any:
+        """The class a model of this family trains and is saved as: the masked LM of its own `model_type` (an
+        XLM-RoBERTa base stays an XLMRobertaForMaskedLM, not its family's RobertaForMaskedLM), else the family's
+        first (a BertForPreTraining base continues as a BertForMaskedLM)."""
         import transformers  # transformers: heavy, loaded on use
+        from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES  # transformers: heavy
 
-        return getattr(transformers, self.masked_lm[0])
+        own = MODEL_FOR_MASKED_LM_MAPPING_NAMES.get(model_type) if model_type in self.model_types else None
+        return getattr(transformers, own if own in self.masked_lm else self.masked_lm[0])
 
     def positions(self, config: Mapping[str, Any]) -> int:
         """The longest sequence a model of this family with config.json `config` takes."""
@@ -188,12 +250,13 @@ class Family:
             raise UserError("model", f"{where} {reason}")
 
     def load(self, saved: ModelFolder, model: ModelConfig, model_class: Any = None, **kwargs: Any) -> Any:
-        """The family's masked LM (or `model_class`) of the folder `saved` (read once), with `model`'s dropout and
-        its attention."""
+        """The masked LM of the folder's own model type (`masked_lm_class`; or `model_class`) of the folder `saved`
+        (read once), with `model`'s dropout and its family's attention."""
         self.check_runs(saved.config, saved.folder)
         if self.sdpa:
             kwargs["attn_implementation"] = "sdpa"
-        return load_model(model_class or self.masked_lm_class(), saved, self.dropout_settings(model), **kwargs)
+        model_class = model_class or self.masked_lm_class(saved.config["model_type"])
+        return load_model(model_class, saved, self.dropout_settings(model), **kwargs)
 
 
 BERT = Family(
@@ -241,6 +304,8 @@ MODERNBERT = Family(
     tokenizers="byte-level BPE",
     dropout={"hidden_dropout": "mlp_dropout", "attention_dropout": "attention_dropout"},
     layers="layers",
+    blocker=_rotary_blocker,
+    rotary=True,
     within_documents=True,
     document_masks=_layer_type_masks,
     within_blocker=_modernbert_within_blocker,

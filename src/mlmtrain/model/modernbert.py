@@ -4,11 +4,14 @@ per token (a GLU feed-forward and local attention, unlike BERT's)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
+
+import torch
 
 from mlmtrain.config import ModelConfig
 from mlmtrain.data.masking import VocabInfo
 from mlmtrain.model.bert import check_vocabulary, config_shape, padded_vocab_size
+from mlmtrain.model.families import model_family
 
 # ModernBERT's published layout: every third layer attends globally, the others within a window of this many tokens
 GLOBAL_EVERY = 3
@@ -37,7 +40,48 @@ def modernbert_config(cfg: ModelConfig, vocab: VocabInfo) -> Any:
         eos_token_id=sep_id,
         tie_word_embeddings=True,
         attn_implementation="sdpa",
+        **{key: value for key, value in _rope_thetas(cfg).items() if value is not None},
     )
+
+
+def _rope_thetas(cfg: ModelConfig) -> dict[str, Optional[float]]:
+    """The rotary bases the model section sets, by transformers' ModernBertConfig keyword (None: the model's own)."""
+    return {"global_rope_theta": cfg.global_rope_theta, "local_rope_theta": cfg.local_rope_theta}
+
+
+def set_rope_theta(mlm: Any, cfg: ModelConfig) -> None:
+    """A ModernBERT's rotary bases set to model.global_rope_theta and local_rope_theta where the model section sets
+    them (a phase that extends the context raises them): in its config, which its saved config.json keeps, and in the
+    frequencies of its rotary embeddings. Nothing for a model without rotary positions, or bases left null."""
+    wanted = {name: float(value) for name, value in _rope_thetas(cfg).items() if value is not None}
+    config = mlm.config
+    if not wanted or not model_family(mlm).rotary:
+        return
+    layers = {"global_rope_theta": "full_attention", "local_rope_theta": "sliding_attention"}
+    parameters = getattr(config, "rope_parameters", None)
+    for name, theta in wanted.items():
+        setattr(config, name, theta)  # transformers 4 reads these
+        if isinstance(parameters, dict) and isinstance(parameters.get(layers[name]), dict):
+            parameters[layers[name]]["rope_theta"] = theta  # transformers 5 reads these
+    with torch.no_grad():
+        for module in mlm.modules():
+            for layer_type, name in ((kind, key) for key, kind in layers.items() if key in wanted):
+                inverse = getattr(module, f"{layer_type}_inv_freq", None)  # transformers 5: one module, a buffer a type
+                if inverse is not None:
+                    fresh = _inverse_frequencies(wanted[name], inverse.numel() * 2, inverse.device)
+                    inverse.copy_(fresh)
+                    getattr(module, f"{layer_type}_original_inv_freq").copy_(fresh)
+            if hasattr(module, "rotary_emb") and hasattr(module.rotary_emb, "inv_freq"):  # transformers 4: per layer
+                local = getattr(module, "local_attention", (-1, -1)) != (-1, -1)
+                theta = wanted.get("local_rope_theta" if local else "global_rope_theta")
+                if theta is not None:
+                    inverse = module.rotary_emb.inv_freq
+                    inverse.copy_(_inverse_frequencies(theta, inverse.numel() * 2, inverse.device))
+
+
+def _inverse_frequencies(theta: float, dim: int, device: torch.device) -> torch.Tensor:
+    """Rotary positions' inverse frequencies of a head of `dim` dimensions at base `theta` (transformers' default)."""
+    return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float, device=device) / dim))
 
 
 def build_modernbert(cfg: ModelConfig, vocab: VocabInfo) -> Any:

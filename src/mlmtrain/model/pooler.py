@@ -22,9 +22,15 @@ from safetensors.torch import load_file, save_file
 from mlmtrain.model.context import quiet_transformers
 from mlmtrain.readers import read_json
 from mlmtrain.runtime.durable import replace_text
-from mlmtrain.runtime.model_folder import WEIGHTS_INDEX, ModelFolder, from_pretrained, transformers_config, weight_map
+from mlmtrain.runtime.model_folder import (
+    WEIGHTS,
+    WEIGHTS_INDEX,
+    ModelFolder,
+    from_pretrained,
+    transformers_config,
+    weight_map,
+)
 
-WEIGHTS = "model.safetensors"
 POOLER_SHARD = "model-pooler.safetensors"  # where a sharded folder's pooler goes (listed in its index)
 _FLOAT_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 

@@ -23,7 +23,7 @@ from mlmtrain.errors import UserError, first_line
 from mlmtrain.report.curves import CURVES, Curve, matches
 from mlmtrain.report.health import FAIL, OK, Verdict, parse_overrides, run_checks, smooth
 from mlmtrain.report.rundata import Run, Series, load_runs, scorecard_table
-from mlmtrain.runtime.files import check_writable_folder, write_failure
+from mlmtrain.runtime.files import check_apart, check_writable_folder, local_inputs, write_failure
 from mlmtrain.runtime.progress import say
 
 GENERATOR = '<meta name="generator" content="mlmtrain report">'  # marks a page this tool may replace
@@ -415,6 +415,14 @@ def write_report(
     if out is None:
         out = Path(run_dirs[0]) / "report.html" if len(runs) == 1 else Path("report.html")
     out = Path(out)
+    # the page and its PNGs stay out of the checkpoints they describe: a file mlmtrain did not record in one makes
+    # it the user's (kept by keep-last, refused by --overwrite)
+    checkpoints = local_inputs(
+        (f"the checkpoints of {run_dir}:", str(Path(run_dir) / "checkpoints")) for run_dir in run_dirs
+    )
+    for option, path in (("--out", out), ("--png", png_dir)):
+        if path is not None:
+            check_apart(Path(path), option, checkpoints, f"set {option} outside it", holds=False)
     _refuse_foreign(out, GENERATOR.encode(), "--out file")
     if not out.parent.is_dir():
         raise UserError("argument", f"--out {out}: the folder {out.parent} does not exist; create it first")

@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
@@ -62,6 +62,39 @@ def check_replaceable(folder: Path, marker: str, ours: re.Pattern, topic: str, k
         f"{key} {folder} is not a folder mlmtrain wrote ({why}), and mlmtrain would replace it; "
         f"set {key} to a new folder",
     )
+
+
+def check_apart(
+    output: Path, key: str, inputs: Iterable[tuple[str, Path]], fix: str, topic: str = "argument", holds: bool = True
+) -> None:
+    """UserError unless `output` (what `key` names: a folder or file a command writes) lies apart from every one of
+    `inputs` ((what the message calls it, its path): what the command reads): it may not be one, lie inside one, or
+    (with `holds`: an output replaced whole) hold one. Compared with every link resolved, so a link into an input is
+    caught as the input itself. `fix` ends the message ("set --out to a folder outside them")."""
+    written = Path(output).expanduser().resolve()
+    for name, path in inputs:
+        read = Path(path).expanduser().resolve()
+        if written == read:
+            where = "is"
+        elif read in written.parents:
+            where = "lies inside"
+        elif holds and written in read.parents:
+            where = "holds"
+        else:
+            continue
+        link = "" if written == Path(os.path.abspath(Path(output).expanduser())) else f" (it leads to {written})"
+        raise UserError(topic, f"{key} {output}{link} {where} {name} {path}, which this command only reads; {fix}")
+
+
+def local_inputs(named: Iterable[tuple[str, Optional[str]]]) -> list[tuple[str, Path]]:
+    """(what, path) of each input a command reads that is a file or folder here, for `check_apart`: hub names (`hf:`
+    and `builtin:` sources, Hub model ids) and unset options are left out."""
+    paths = [
+        (what, Path(value).expanduser())
+        for what, value in named
+        if isinstance(value, str) and value and not value.startswith(("hf:", "builtin:"))
+    ]
+    return [(what, path) for what, path in paths if path.exists() or path.is_symlink()]
 
 
 def remove_dead_staging(parent: Path, prefix: str, ours: re.Pattern) -> None:

@@ -8,19 +8,27 @@ only (`weight_map`).
 from __future__ import annotations
 
 import functools
+import hashlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any, Optional, Union
 
-from mlmtrain.errors import UserError, shown
+from safetensors import safe_open
+
+from mlmtrain.config import names_hub_repository
+from mlmtrain.errors import UserError, refused_pickle, shown
 from mlmtrain.readers import read_json, read_saved_yaml
+from mlmtrain.runtime.hub import hub_unreachable
 
 CONFIG = "config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 SETTINGS = "mlmtrain.yaml"  # the resolved config of the run that wrote a folder
+WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
-_INDEXES = (WEIGHTS_INDEX, "pytorch_model.bin.index.json")
+PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")  # what torch.save wrote: a pickle
+_INDEXES = (WEIGHTS_INDEX, PICKLED_WEIGHTS[1])
 _NO_CODE = "mlmtrain never runs a model folder's own code"
 
 
@@ -86,9 +94,30 @@ def _check_settings(folder: Path, config: Optional[dict[str, Any]], tokenizer_co
 
 def from_pretrained(loader: Callable[..., Any], source: Union[str, Path], **kwargs: Any) -> Any:
     """`loader.from_pretrained(source, **kwargs)` (a transformers class: AutoConfig, AutoTokenizer, a model) with no
-    code of the folder's ever run: `check_folder` first, and trust_remote_code=False for what it cannot see."""
+    code of the folder's ever run: `check_folder` first, and trust_remote_code=False for what it cannot see. A Hub
+    name is read from the cache alone in offline mode, as every library is told, or when the Hub is out of reach (at
+    once, rather than after half a minute of retries)."""
     check_folder(source)
-    return loader.from_pretrained(str(source), trust_remote_code=False, **kwargs)
+    if names_hub_repository(str(source)) and hub_unreachable():
+        kwargs.setdefault("local_files_only", True)
+    return _no_pickle(lambda: loader.from_pretrained(str(source), trust_remote_code=False, **kwargs), source)
+
+
+def _no_pickle(load: Callable[[], Any], source: Union[str, Path]) -> Any:
+    """`load()`, with a pickle that torch's weights_only refuses said in one line and how to convert it."""
+    try:
+        return load()
+    except Exception as error:
+        refused = refused_pickle(error)
+        if refused is None:
+            raise
+        raise UserError(
+            "model",
+            f"the weights of {source} are a pickle ({' or '.join(PICKLED_WEIGHTS)}) holding a Python object "
+            f"({refused}), not only tensors, and mlmtrain never unpickles one (that could run code); if you trust "
+            "where it came from, convert it yourself: torch.load it with weights_only=False and save_pretrained the "
+            "model into the folder (or save its tensors with safetensors' save_file as model.safetensors)",
+        ) from None
 
 
 def transformers_config(config: dict[str, Any]) -> Any:
@@ -105,7 +134,8 @@ def load_model(
     read with `settings` (config keys such as dropout) over it: transformers opens the weights, not the folder's
     settings again. `kwargs` go to `from_pretrained` (attn_implementation, output_loading_info, ...)."""
     config = transformers_config({**saved.config, **(settings or {})})
-    return loader.from_pretrained(str(saved.folder), config=config, trust_remote_code=False, **kwargs)
+    load = lambda: loader.from_pretrained(str(saved.folder), config=config, trust_remote_code=False, **kwargs)  # noqa: E731
+    return _no_pickle(load, saved.folder)
 
 
 def _shards_root(folder: Path) -> Path:
@@ -138,6 +168,56 @@ def weight_map(folder: Path, index_name: str = WEIGHTS_INDEX) -> dict[str, str]:
                 "only: fix the index or use another model",
             )
     return mapping
+
+
+def weight_files(folder: Union[str, Path]) -> list[Path]:
+    """The safetensors files that hold a model folder's weights: model.safetensors, else the shards its index lists
+    (each checked to lie inside the folder: `weight_map`), in name order; [] when it has neither."""
+    folder = Path(folder)
+    if (folder / WEIGHTS).is_file():
+        return [folder / WEIGHTS]
+    return [folder / shard for shard in sorted(set(weight_map(folder).values()))]
+
+
+def _pickled_files(folder: Path) -> list[Path]:
+    """The pickled weight files of a folder without safetensors ones: pytorch_model.bin, or the shards its index
+    lists (checked to lie inside the folder)."""
+    if (folder / PICKLED_WEIGHTS[0]).is_file():
+        return [folder / PICKLED_WEIGHTS[0]]
+    return [folder / shard for shard in sorted(set(weight_map(folder, PICKLED_WEIGHTS[1]).values()))]
+
+
+def weights_fingerprint(folder: Union[str, Path]) -> str:
+    """What identifies a model folder's weights by their content, not by the folder's name or path: "sha256:" and
+    the hex digest of every weight file's name and bytes (`weight_files`, else the pickled ones, hashed as bytes and
+    never loaded), streamed and parsed not at all. Any other tensor, dtype or value gives another fingerprint,
+    however the folder is named or linked; reading the files once is all it costs. UserError for a folder without
+    weights."""
+    folder = Path(folder)
+    files = weight_files(folder) or _pickled_files(folder)
+    if not files:
+        raise UserError("model", f"{folder} holds no weights ({WEIGHTS} or {PICKLED_WEIGHTS[0]}); pass a model folder")
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode("utf-8") + b"\0")
+        try:
+            with open(path, "rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    digest.update(chunk)
+        except OSError as error:
+            raise UserError("model", f"cannot read {path}: {error.strerror or error}; copy the model again") from None
+    return f"sha256:{digest.hexdigest()}"
+
+
+def weights_parameter_count(folder: Union[str, Path]) -> int:
+    """The numbers in a model folder's saved weights (`weight_files`; tied ones are saved, and counted, once), read
+    from the safetensors headers alone."""
+
+    total = 0
+    for path in weight_files(folder):
+        with safe_open(str(path), "pt") as opened:
+            total += sum(math.prod(opened.get_slice(name).get_shape()) for name in opened.keys())
+    return total
 
 
 # The keys mlmtrain reads of a model's config.json by the name transformers gives them, and the kind each must be;

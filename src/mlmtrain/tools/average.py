@@ -1,8 +1,8 @@
 """`average`: the uniform mean of the weights of several checkpoints (a run's last ones, `--last K RUN`) written as a
-new Hugging Face model folder with the newest one's config and tokenizer. The weights are read from safetensors only;
-the checkpoints must be models of one shape and family with one tokenizer. The output folder is built beside its
-place and swapped in: it must not exist, be empty, or be a folder `average` wrote (its `average.json` and nothing
-but the files it writes)."""
+new Hugging Face model folder with the newest one's config and tokenizer. The weights are read from safetensors only
+(one file, or a save_pretrained folder's shards); the checkpoints must be models of one shape and family with one
+tokenizer. The output folder is built beside its place and swapped in: it must not exist, be empty, or be a folder
+`average` wrote (its `average.json` and nothing but the files it writes)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,13 @@ from safetensors.torch import load_file, save_file
 
 from mlmtrain.data.tokenizer import TOKENIZER_FILES, load_tokenizer, tokenizer_fingerprint
 from mlmtrain.errors import UserError, first_line
-from mlmtrain.runtime.files import check_replaceable, replace_folder
-from mlmtrain.runtime.model_folder import model_config
+from mlmtrain.runtime.files import check_apart, check_replaceable, replace_folder
+from mlmtrain.runtime.model_folder import WEIGHTS, WEIGHTS_INDEX, model_config, weight_files
 from mlmtrain.tools.arguments import check_count
 from mlmtrain.train.ownership import COMPLETE, checkpoints_dir, complete_checkpoints
 
 TOPIC = "average"
 MARKER = "average.json"  # which checkpoints were averaged; also the mark of a folder `average` wrote
-WEIGHTS = "model.safetensors"
 _COPIED = ("config.json", "generation_config.json", "mlmtrain.yaml")  # from the newest checkpoint, beside its tokenizer
 OURS = re.compile("|".join([re.escape(MARKER), re.escape(WEIGHTS), *map(re.escape, _COPIED), TOKENIZER_FILES.pattern]))
 _CHECKPOINT_MARKS = ("training_state.pt", "checkpoint.json")  # what tells a checkpoint from a plain model folder
@@ -44,8 +43,9 @@ class Averaged:
 def average_checkpoints(sources: list[Path], out: Path, last: Optional[int] = None) -> Averaged:
     """Write the mean of the checkpoints `sources` (with `last`: the `last` newest complete checkpoints of the one run
     folder `sources` names) into `out`; UserError, with nothing written, for checkpoints that cannot be averaged or an
-    `out` that is not new or not `average`'s own."""
+    `out` that is not new or not `average`'s own, or that is, holds or lies inside a checkpoint averaged."""
     folders = _chosen(sources, last)
+    check_apart(out, "--out", [("checkpoint", folder) for folder in folders], "set --out to a new folder outside them")
     shapes = {folder: _tensor_shapes(folder) for folder in folders}
     first, newest = folders[0], folders[-1]
     family = _family(first)
@@ -108,7 +108,8 @@ def _chosen(sources: list[Path], last: Optional[int]) -> list[Path]:
 
 
 def _checked(folder: Path) -> Path:
-    """`folder`, when it is a finished model folder with its weights in one safetensors file and a tokenizer."""
+    """`folder`, when it is a finished model folder with its weights in safetensors (one file, or the shards of a
+    save_pretrained index) and a tokenizer."""
     if not folder.is_dir():
         what = "is a file" if folder.exists() else "does not exist"
         raise UserError(TOPIC, f"{folder} {what}; pass checkpoint folders such as RUN_DIR/checkpoints/step-N")
@@ -116,8 +117,12 @@ def _checked(folder: Path) -> Path:
         raise UserError(TOPIC, f"{folder} is a run folder; pass its checkpoints, or --last K {folder}")
     if any((folder / mark).exists() for mark in _CHECKPOINT_MARKS) and not (folder / COMPLETE).exists():
         raise UserError(TOPIC, f"{folder} is not a complete checkpoint (no {COMPLETE} marker); average complete ones")
-    if not (folder / WEIGHTS).is_file():
-        raise UserError(TOPIC, f"{folder} has no {WEIGHTS}; average folders that mlmtrain or save_pretrained wrote")
+    if not weight_files(folder):
+        raise UserError(
+            TOPIC,
+            f"{folder} has no {WEIGHTS} (nor a sharded {WEIGHTS_INDEX}); average folders that mlmtrain or "
+            "save_pretrained wrote",
+        )
     return folder
 
 
@@ -128,14 +133,16 @@ def _family(folder: Path) -> tuple[str, tuple[str, ...]]:
 
 
 def _tensor_shapes(folder: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """{name: (dtype, shape)} of a folder's weights, read from the safetensors header alone."""
-
-    try:
-        with safe_open(str(folder / WEIGHTS), framework="pt") as weights:
-            return {name: (weights.get_slice(name).get_dtype(), tuple(weights.get_slice(name).get_shape()))
-                    for name in weights.keys()}  # fmt: skip
-    except Exception as error:  # a truncated or foreign file: safetensors raises its own errors and OSErrors
-        raise UserError(TOPIC, f"{folder / WEIGHTS} is damaged ({first_line(error)[:160]}); leave it out") from None
+    """{name: (dtype, shape)} of a folder's weights, read from the safetensors headers alone."""
+    shapes = {}
+    for path in weight_files(folder):
+        try:
+            with safe_open(str(path), framework="pt") as weights:
+                shapes.update({name: (weights.get_slice(name).get_dtype(), tuple(weights.get_slice(name).get_shape()))
+                               for name in weights.keys()})  # fmt: skip
+        except Exception as error:  # a truncated or foreign file: safetensors raises its own errors and OSErrors
+            raise UserError(TOPIC, f"{path} is damaged ({first_line(error)[:160]}); leave it out") from None
+    return shapes
 
 
 def _same_shapes(first: Path, expected: dict, folder: Path, found: dict) -> None:
@@ -161,7 +168,8 @@ def _mean(folders: list[Path]) -> dict[str, torch.Tensor]:
     sums: dict[str, torch.Tensor] = {}
     kept: dict[str, torch.Tensor] = {}
     for folder in folders:
-        for name, tensor in load_file(str(folder / WEIGHTS)).items():
+        tensors = {name: tensor for path in weight_files(folder) for name, tensor in load_file(str(path)).items()}
+        for name, tensor in tensors.items():
             if tensor.is_floating_point():
                 sums[name] = sums[name] + tensor.double() if name in sums else tensor.double()
                 kept.setdefault(name, tensor)

@@ -17,7 +17,7 @@ from mlmtrain.evaluate.probe import PreparedTask, encoder_config, probe_encoder
 from mlmtrain.evaluate.tasks import TaskFields, load_task
 from mlmtrain.model.families import model_positions
 from mlmtrain.probe_settings import MODES, POOLINGS, ProbeSettings
-from mlmtrain.runtime.files import check_writable_folder, write_failure
+from mlmtrain.runtime.files import check_apart, check_writable_folder, local_inputs, write_failure
 from mlmtrain.tools.arguments import check_count, device_option
 
 
@@ -29,12 +29,16 @@ class SaveFailed(UserError):
         self.report = report
 
 
-def _check_save(save: Optional[Path], mode: str) -> None:
-    """--save must name a new (or empty) folder: mlmtrain never replaces what it did not write."""
+def _check_save(save: Optional[Path], mode: str, inputs: list[tuple[str, Path]]) -> None:
+    """--save must name a new (or empty) folder, not a link, apart from every input: mlmtrain never replaces what it
+    did not write, nor writes into what it reads."""
     if save is None:
         return
     if mode != "finetune":
         raise UserError("argument", "--save keeps a fine-tuned model; the linear mode trains none: drop --save")
+    check_apart(save, "--save", inputs, "set --save to a new folder outside it")
+    if save.is_symlink():  # the model is written beside it and renamed into place: never through a link
+        raise UserError("argument", f"--save {save} is a link; set --save to a new folder (not a link)")
     if save.exists() and (not save.is_dir() or any(save.iterdir())):
         raise UserError("argument", f"--save {save} already exists and is not an empty folder; choose a new folder")
     # Checked here, before the task is read and the model trained: otherwise the save fails only after all of the
@@ -81,7 +85,10 @@ def probe(
     check_settings(settings)
     if task is None and (train is None or test is None):
         raise UserError("argument", "say what to probe on: --task FOLDER_OR_HF_NAME, or --train FILE --test FILE")
-    _check_save(save, settings.mode)
+    inputs = local_inputs(
+        [("--model", model), ("--task", task), ("--train", train), ("--valid", valid), ("--test", test)]
+    )
+    _check_save(save, settings.mode, inputs)
     torch_device = device_option(device)
     config, tokenizer = load_encoder(model, settings)
     loaded = load_task(task, fields, train, valid, test)

@@ -9,10 +9,12 @@ from typing import Any, Optional
 
 from mlmtrain.config import LARGEST_INT
 from mlmtrain.errors import UserError
-from mlmtrain.evaluate.suite import open_scorecard, protocol, read_suite, run_suite
+from mlmtrain.evaluate.suite import SUITES, open_scorecard, protocol, read_suite, run_suite
 from mlmtrain.probe_settings import SCORECARD_FILE as SCORECARD
 from mlmtrain.probe_settings import ProbeSettings
-from mlmtrain.runtime.files import check_writable_folder
+from mlmtrain.runtime.files import check_apart, check_writable_folder, local_inputs
+from mlmtrain.runtime.hub import hub_model_folder
+from mlmtrain.runtime.model_folder import weights_fingerprint
 from mlmtrain.runtime.progress import say
 from mlmtrain.tools.arguments import check_count, device_option
 from mlmtrain.tools.probe import check_settings, load_encoder
@@ -22,10 +24,12 @@ from mlmtrain.train.ownership import COMPLETE, MANIFEST_FILE, foreign_files, rec
 DEFAULT_SEEDS = 5
 
 
-def scorecard_place(model: str, out: Optional[Path]) -> tuple[Path, Optional[Path]]:
-    """(the scorecard's file, the checkpoint it lies in or None): --out, else CHECKPOINT/scorecard.json when the
-    model is a complete mlmtrain checkpoint that holds only what mlmtrain wrote (it records what it adds)."""
+def scorecard_place(model: str, out: Optional[Path], inputs: list[tuple[str, Path]]) -> tuple[Path, Optional[Path]]:
+    """(the scorecard's file, the checkpoint it lies in or None): --out, apart from every one of `inputs`, else
+    CHECKPOINT/scorecard.json when the model is a complete mlmtrain checkpoint that holds only what mlmtrain wrote (it
+    records what it adds)."""
     if out is not None:
+        check_apart(out, "--out", inputs, "pass --out a .json file outside it")
         if out.is_dir():
             raise UserError("argument", f"--out {out} is a folder; pass a .json file for the scorecard")
         return out, None
@@ -39,6 +43,15 @@ def scorecard_place(model: str, out: Optional[Path]) -> tuple[Path, Optional[Pat
         f"--model {model} is not an mlmtrain checkpoint that holds only mlmtrain's files, so the scorecard is not "
         "written into it; pass --out FILE.json",
     )
+
+
+def scored_model(model: str) -> tuple[str, str]:
+    """(the model a scorecard names, its weights' fingerprint): a folder by the one its links lead to (the step a
+    checkpoints/latest names now), a Hub name as it is, read from its local snapshot."""
+    folder = Path(model).expanduser()
+    if folder.is_dir():
+        return str(folder.resolve()), weights_fingerprint(folder)
+    return model, weights_fingerprint(hub_model_folder(model, "model", "--model"))
 
 
 def scorecard(
@@ -63,9 +76,11 @@ def scorecard(
     name, tasks = read_suite(suite)
     torch_device = device_option(device)
     config, tokenizer = load_encoder(model, settings)
-    path, checkpoint = scorecard_place(model, out)
+    read = [("--model", model), ("--suite", suite if suite not in SUITES else None)]
+    path, checkpoint = scorecard_place(model, out, local_inputs(read + [(f"task {t.name!r}", t.task) for t in tasks]))
     seed_list = [settings.seed + i for i in range(seeds)]
-    card = open_scorecard(path, str(model), name, tasks, protocol(settings, seed_list), resume)
+    scored, weights = scored_model(model)
+    card = open_scorecard(path, scored, weights, name, tasks, protocol(settings, seed_list), resume)
     check_writable_folder(path.parent, "argument", "the scorecard's folder", create=False)
     if checkpoint is not None:  # each write listed in the checkpoint's record: the folder stays provably mlmtrain's
         card.after_save = lambda: record_added(checkpoint, [SCORECARD])

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from mlmtrain.config import LARGEST_INT, Config
 from mlmtrain.data.mask_demo import mask_demo as draw_demo
-from mlmtrain.data.store import tokenize_corpus
+from mlmtrain.data.store import check_outputs_apart, tokenize_corpus
 from mlmtrain.data.tokenizer import is_tokenizer_folder, load_tokenizer
 from mlmtrain.errors import UserError, interrupt_on_sigterm
 from mlmtrain.model.context import quiet_transformers
@@ -23,6 +23,7 @@ def tokenize(cfg: Config) -> Path:
     """Train (or reuse) the tokenizer and encode the corpus, holding train.run_dir's lock: a pretrain running there
     reads (and may rebuild) the tokenizer and store under it, so two commands must not write them at once."""
     cfg = resolve_init_from(cfg).cfg  # the tokenizer of model.init_from's base is the one to use
+    check_outputs_apart(cfg)
     with locked(Path(cfg.train.run_dir)), interrupt_on_sigterm():
         return tokenize_corpus(cfg)
 

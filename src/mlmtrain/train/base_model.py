@@ -6,7 +6,6 @@ Each base is read once into a `Base`, which the resolution, the checks and the l
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -15,12 +14,13 @@ import torch
 
 from mlmtrain.config import Config, TokenizerConfig, names_hub_repository
 from mlmtrain.data.tokenizer import same_tokenizer
-from mlmtrain.errors import UserError, first_line
+from mlmtrain.errors import UserError
 from mlmtrain.evaluate.perplexity import load_masked_lm
 from mlmtrain.model.context import quiet_transformers
 from mlmtrain.model.families import Family, family_of, known_types
+from mlmtrain.model.modernbert import set_rope_theta
 from mlmtrain.model.pooler import read_pooler
-from mlmtrain.runtime.hub import hub_unreachable
+from mlmtrain.runtime.hub import hub_model_folder
 from mlmtrain.runtime.model_folder import ModelFolder, read_model_folder
 from mlmtrain.train.added_words import add_word_rows
 
@@ -28,8 +28,6 @@ KEY = "model.init_from"
 SUPPORTED = f"masked LMs of these model types: {known_types()}"
 # TokenizerConfig keys that only matter when training a new WordPiece vocabulary
 TRAINING_KEYS = ("vocab_size", "lowercase", "strip_accents", "min_frequency", "limit_alphabet")
-# config, tokenizer (WordPiece, BPE merges, SentencePiece) and weights; not TF / Flax / ONNX copies
-_HUB_FILES = ["*.json", "vocab.txt", "merges.txt", "*.model", "*.safetensors"]
 
 
 def refuse(message: str, key: str = KEY) -> UserError:
@@ -74,33 +72,7 @@ def base_folder(name: str, key: str = KEY) -> Path:
             what = "is a file" if path.exists() else "does not exist"
             raise refuse(f"{name} {what}; pass a model folder (config.json, weights, tokenizer) or a hub name", key)
         return path
-    return _hub_snapshot(name, key)
-
-
-@functools.cache  # once a process: a run asks for the base's folder to check it, load it, read its pooler
-def _hub_snapshot(name: str, key: str) -> Path:
-    from huggingface_hub import snapshot_download  # the Hub client: loaded only for a model named by its Hub id
-
-    unreachable = hub_unreachable()
-    try:
-        folder = Path(snapshot_download(name, allow_patterns=_HUB_FILES, local_files_only=unreachable is not None))
-        if not any(folder.glob("*.safetensors")):  # an older repository: PyTorch weights only
-            folder = Path(
-                snapshot_download(name, allow_patterns=[*_HUB_FILES, "pytorch_model*.bin"], local_files_only=True)
-                if unreachable
-                else snapshot_download(name, allow_patterns=[*_HUB_FILES, "pytorch_model*.bin"])
-            )
-    except Exception as error:  # not found, gated, network: many types, one meaning
-        if unreachable:
-            raise refuse(
-                f"{name}: the Hugging Face Hub is unreachable ({unreachable}) and {name} is not in the local cache; "
-                "pass a local model folder, or run once online",
-                key,
-            ) from None
-        raise refuse(
-            f"{name} cannot be downloaded from the Hugging Face Hub ({first_line(error)}); check the name", key
-        ) from None
-    return folder
+    return hub_model_folder(name, "config", key)
 
 
 def read_base(name: str, key: str = KEY) -> Base:
@@ -213,4 +185,5 @@ def load_base_model(cfg: Config, base: Base) -> Any:
     tokenizer.extend_vocab added."""
     model = base.load(cfg)
     add_word_rows(model, cfg)
+    set_rope_theta(model, cfg.model)  # a ModernBERT base at the rotary bases the run sets
     return model

@@ -13,15 +13,15 @@ from mlmtrain.data.sources import corpus_splits
 from mlmtrain.data.store import tokenizer_plan
 from mlmtrain.data.tokenizer import TOKENIZER_FILES, TOKENIZER_META, copy_tokenizer, load_tokenizer
 from mlmtrain.errors import UserError
-from mlmtrain.runtime.files import check_replaceable
+from mlmtrain.runtime.files import check_apart, check_replaceable
 from mlmtrain.runtime.progress import say
 from mlmtrain.train import checkpoint as ckpt
 
 
 def check_branch(cfg: Config, branch_from: str, resume: Optional[str]) -> Path:
     """The resolved checkpoint folder a new run branches from; UserError for --resume beside it, a folder that is no
-    complete checkpoint, or a train.run_dir that holds the checkpoint (or lies inside it): the branch would write
-    into the run it reads."""
+    complete checkpoint, or a train.run_dir that is, holds or lies inside the checkpoint's run folder (through links
+    too): the branch would write into the run it reads."""
     if resume is not None:
         raise UserError(
             "argument",
@@ -43,13 +43,15 @@ def check_branch(cfg: Config, branch_from: str, resume: Optional[str]) -> Path:
             "RUN_DIR/checkpoints/step-N whose save finished",
         )
     ckpt.check_complete(folder)  # the files a branch reads, as a resume reads them
-    source, run_dir = folder.resolve(), Path(cfg.train.run_dir).resolve()
-    if source == run_dir or run_dir in source.parents or source in run_dir.parents:
-        raise UserError(
-            "argument",
-            f"--branch-from {branch_from} lies in train.run_dir {cfg.train.run_dir}, and a branch never writes into "
-            "the run it starts from; set a new folder with --set train.run_dir=NEW (or --resume to continue that run)",
-        )
+    source = folder.resolve()
+    run = source.parent.parent if source.parent.name == "checkpoints" else source  # RUN of RUN/checkpoints/step-N
+    check_apart(
+        Path(cfg.train.run_dir),
+        "train.run_dir",
+        [("the run", run)],
+        f"a branch never writes into the run it starts from (--branch-from {branch_from}): set a new folder outside "
+        "it with --set train.run_dir=NEW (or --resume to continue that run)",
+    )
     return source
 
 

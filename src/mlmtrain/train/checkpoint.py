@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -27,9 +26,10 @@ from safetensors import SafetensorError
 
 from mlmtrain.config import Config, records_setting, save_config
 from mlmtrain.data.tokenizer import folder_fingerprint, save_tokenizer_files
-from mlmtrain.errors import UserError, first_line
+from mlmtrain.errors import UserError, first_line, refused_pickle
 from mlmtrain.model.families import BERT, Family, family_of
 from mlmtrain.model.pooler import add_pooler
+from mlmtrain.readers import read_json
 from mlmtrain.runtime.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.runtime.files import write_failure
 from mlmtrain.runtime.model_folder import ModelFolder, read_model_folder
@@ -37,6 +37,7 @@ from mlmtrain.train.model_card import write_model_card
 from mlmtrain.train.objectives import saved_objective
 from mlmtrain.train.ownership import (
     COMPLETE,
+    MANIFEST_FILE,
     checkpoints_dir,
     foreign_files,
     latest_checkpoint,
@@ -49,7 +50,6 @@ from mlmtrain.train.ownership import (
 
 STATE_FILE = "training_state.pt"
 _STATE_KEYS = ("train_state", "optimizer", "scaler", "rng")  # what a resume reads from the training state
-_UNSAFE_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")  # torch's words for an object weights_only refuses
 
 
 def save_checkpoint(
@@ -61,9 +61,11 @@ def save_checkpoint(
     state: dict[str, Any],
     metrics: Optional[dict[str, Any]] = None,
     pooler: Optional[dict[str, torch.Tensor]] = None,
+    facts: Optional[dict[str, Any]] = None,
 ) -> Path:
     """Write checkpoint step-N atomically, point `latest` at it and return its folder; `pooler` is the one its
-    model keeps (`kept_pooler`: a base's), else one is drawn from the run's seed.
+    model keeps (`kept_pooler`: a base's), else one is drawn from the run's seed; `facts`, what it records of how
+    it was trained beyond its config (`Objective.facts`: a distillation's teacher), go into its checkpoint.json.
 
     On a write error (disk full, permissions) the temporary folder is removed and a UserError says so;
     the checkpoints written before stay as they were.
@@ -94,7 +96,9 @@ def save_checkpoint(
         torch.save(state, staging / STATE_FILE)
         for model_folder in model_folders:  # a subfolder first, then the folder that holds its entry
             fsync_tree(model_folder)
-        write_record(staging, step, metrics)  # after the flush: a file system may stamp a file's time as it flushes
+        write_record(
+            staging, step, {**(metrics or {}), **(facts or {})}
+        )  # after the flush: a file system may stamp a file's time as it flushes
         write_marker(staging / COMPLETE)
         if final.exists():  # saved before (a resumed run ending at the step it resumed from): swap, never half-delete
             replaced = root / f".old-step-{step}-{writer}"
@@ -140,12 +144,13 @@ def resolve_resume(run_dir: Path, resume: str) -> Optional[Path]:
 class SavedCheckpoint:
     """A complete checkpoint a run starts from (--resume, --branch-from), read once: its model folder (config.json,
     tokenizer_config.json, mlmtrain.yaml), the family of its model (BERT's for ELECTRA's, which shares its keys),
-    the objective that trained it and its tokenizer's fingerprint."""
+    the objective that trained it, its tokenizer's fingerprint and its record (checkpoint.json)."""
 
     saved: ModelFolder
     family: Family
     objective: str
     tokenizer_fingerprint: str
+    record: dict[str, Any]  # its checkpoint.json: the step, its figures, the facts of its training, its files
 
     @property
     def folder(self) -> Path:
@@ -162,7 +167,16 @@ def read_checkpoint(folder: Path) -> SavedCheckpoint:
     check_complete(folder)
     saved = read_model_folder(folder, topic="checkpoint", fix="resume from another one")
     family = family_of(saved.config.get("model_type")) or BERT
-    return SavedCheckpoint(saved, family, saved_objective(saved), folder_fingerprint(folder))
+    return SavedCheckpoint(saved, family, saved_objective(saved), folder_fingerprint(folder), _record(folder))
+
+
+def _record(folder: Path) -> dict[str, Any]:
+    """A checkpoint's checkpoint.json ({}: an older mlmtrain's checkpoint without one, or one not readable)."""
+    try:
+        record = read_json(Path(folder) / MANIFEST_FILE)
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def check_complete(folder: Path) -> None:
@@ -188,11 +202,11 @@ def load_training_state(folder: Path) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # a truncated or garbled file raises many kinds of errors
-        refused = _UNSAFE_GLOBAL.search(str(error))
+        refused = refused_pickle(error)
         if refused:  # a Python object torch will not build from a file: never unpickled, so nothing in it ran
             raise UserError(
                 "checkpoint",
-                f"{path} holds a Python object ({refused.group(1)}), not only tensors and plain values (an older "
+                f"{path} holds a Python object ({refused}), not only tensors and plain values (an older "
                 "mlmtrain's format, or not mlmtrain's file); it is never unpickled, since that could run code; "
                 "resume from a checkpoint this mlmtrain wrote",
             ) from None

@@ -28,6 +28,7 @@ from mlmtrain.runtime.files import check_replaceable, check_writable_folder
 from mlmtrain.runtime.progress import say
 from mlmtrain.train import ownership
 from mlmtrain.train.added_words import check_added_words_file
+from mlmtrain.train.base_model import KEY as BASE_KEY
 from mlmtrain.train.compiling import check_compile_toolchain
 from mlmtrain.train.resolved import ResolvedRun
 
@@ -220,7 +221,8 @@ def check_before_start(run: ResolvedRun, device: torch.device) -> None:
     checkpoint of another model or tokenizer already): a model too big for the device, train.compile without the
     compiler it needs, a user's folder where the run keeps its `latest` link, its tokenizer or its token store."""
     cfg = run.cfg
-    check_model_fits(cfg.model, cfg.tokenizer.vocab_size, device)
+    base = run.bases.get(BASE_KEY)
+    check_model_fits(cfg.model, cfg.tokenizer.vocab_size, device, base.folder if base else None)  # a base: its weights
     if cfg.train.compile is True:  # auto goes without, saying why
         check_compile_toolchain(device)
     ownership.check_latest_link(run.run_dir)  # a user's folder named latest would fail the first save

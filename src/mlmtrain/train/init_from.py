@@ -12,12 +12,12 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from mlmtrain.config import Config
+from mlmtrain.config import Config, phase_configs
 from mlmtrain.data.masking import check_whole_words
 from mlmtrain.data.tokenizer import extendable_vocab, load_tokenizer
 from mlmtrain.errors import UserError
 from mlmtrain.model.architectures import architecture_of
-from mlmtrain.model.families import Family, check_within_documents, model_positions
+from mlmtrain.model.families import Family, check_rotary_bases, check_within_documents, model_positions
 from mlmtrain.runtime.model_folder import ModelFolder
 from mlmtrain.train.base_model import KEY, Base, base_of, check_base, read_base, refuse, take_shape, take_tokenizer
 from mlmtrain.train.objectives import REGISTRY, check_config, objective_class
@@ -43,9 +43,9 @@ def resolve_init_from(cfg: Config, check_weights: bool = True, resumed: Optional
     bases = objective_class(cfg).resolve_models(cfg, check_weights)  # a distillation's teacher
     name = cfg.model.init_from
     if not name:  # the architecture built from scratch is a model of its family (architectures.py)
-        _check_document_attention(
-            cfg, architecture_of(cfg.model).family, f"model.architecture {cfg.model.architecture}"
-        )
+        family, what = architecture_of(cfg.model).family, f"model.architecture {cfg.model.architecture}"
+        _check_document_attention(cfg, family, what)
+        _check_phases(cfg, family, what, cfg.model.max_position_embeddings)
         return Resolution(cfg, bases)
     if resumed is not None:
         base = _resumed_base(resumed, name)
@@ -59,6 +59,7 @@ def resolve_init_from(cfg: Config, check_weights: bool = True, resumed: Optional
             f"train.objective: {able}"
         )
     _check_document_attention(cfg, base.family, f"{KEY} {name} (a {base.family.name} model)")
+    check_rotary_bases(base.family, cfg.model, f"{KEY} {name}")
     take_shape(cfg, base)
     take_tokenizer(cfg.tokenizer, base)
     _check_tokenizer_use(cfg, name, resumed)
@@ -74,7 +75,25 @@ def resolve_init_from(cfg: Config, check_weights: bool = True, resumed: Optional
                 "or less",
             )
     cfg.validate()
+    _check_phases(cfg, base.family, f"{KEY} {name}", positions)
     return Resolution(cfg, {**bases, KEY: base})
+
+
+def _check_phases(cfg: Config, family: Family, what: str, positions: int) -> None:
+    """UserError, naming the phase, for a phase's settings that the objective tables refuse or that the model (`what`,
+    of `family`, with `positions`) cannot take: rotary bases of learned positions, blocks longer than its positions."""
+    for phase, phase_cfg in zip(cfg.phases, phase_configs(cfg), strict=True):
+        try:
+            check_config(phase_cfg)
+            check_rotary_bases(family, phase_cfg.model, what)
+            if phase_cfg.data.seq_len > positions:
+                raise UserError(
+                    "config",
+                    f"data.seq_len ({phase_cfg.data.seq_len}) is beyond the {positions} positions of {what}; set "
+                    f"data.seq_len to {positions} or less",
+                )
+        except UserError as error:
+            raise UserError(error.topic, f"phases: {phase.name}: {error.message}") from None
 
 
 def _resumed_base(resumed: ModelFolder, name: str) -> Base:

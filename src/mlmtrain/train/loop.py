@@ -44,9 +44,8 @@ from mlmtrain.train.resolved import ResolvedRun, resolve_run
 from mlmtrain.train.step import (
     StepResult,
     TrainingSetup,
-    budget_progress,
     build_setup,
-    spent_budgets,
+    enter_phase,
     train_step,
 )
 
@@ -83,8 +82,9 @@ def _pretrain(run: ResolvedRun, ctx: DistContext, overwrite: bool) -> Path:
             on_main(ctx, lambda: remove_old_run(run_dir))
         if run.branched:  # the weights' own tokenizer, where the new run would otherwise train one
             on_main(ctx, lambda: take_branch_tokenizer(cfg, run.resume_from))
-        if note and ctx.is_main:
-            say(note)
+        for line in (*run.notes, note) if ctx.is_main else ():
+            if line:
+                say(line)
         with interrupt_on_sigterm():  # tokenizing and set-up: SIGTERM says "interrupted" like Ctrl-C
             on_main(ctx, lambda: _ensure_data(cfg, run.resumed_base))
             if ctx.is_main and run.resume == "auto" and run.start is None:
@@ -121,7 +121,7 @@ def _stopped_from_outside(error: RuntimeError, run_dir: Path) -> UserError:
         "distributed",
         "another process of this job stopped (its connection was lost); torchrun's summary names it and its own "
         "output says why (killed, out of memory); resume with torchrun <same options> -m mlmtrain pretrain "
-        f"--config <your config> --resume{kept}",
+        f"--config {run_dir / 'mlmtrain.yaml'} --resume{kept}",
     )
 
 
@@ -149,9 +149,9 @@ def _run(run: ResolvedRun, ctx: DistContext, task: Optional[Task]) -> Path:
     tokenizer = run.tokenizer if run.tokenizer is not None else load_tokenizer(cfg.tokenizer_dir)
     objective = run.objective_with(tokenizer)
     setup = build_setup(cfg, ctx, run.start, tokenizer, objective)
-    if resume_from is not None and budget_progress(cfg, setup.state) >= 1.0:  # nothing left: write nothing
+    if resume_from is not None and setup.budget.finished(setup.state):  # nothing left: write nothing
         if ctx.is_main:
-            spent = spent_budgets(cfg, setup.state)
+            spent = setup.budget.spent(setup.state)
             say(
                 f"{resume_from} (step {setup.state.step}) has already spent the run's budget ({', '.join(spent)}); "
                 "nothing to train: raise that budget with --set to train further"
@@ -236,7 +236,8 @@ class Loop:
         probe: Optional[LiveProbe] = None,
         pooler: Optional[dict[str, torch.Tensor]] = None,
     ) -> None:
-        self.setup, self.cfg, self.ctx, self.state = setup, setup.cfg, setup.ctx, setup.state
+        # the run's config (its phases' own are setup.cfg in turn): what checkpoints save and the cadence of the run
+        self.setup, self.cfg, self.ctx, self.state = setup, setup.budget.cfg, setup.ctx, setup.state
         self.run_dir, self.eval_set, self.live_probe = run_dir, eval_set, probe
         self.pooler = pooler  # the one each checkpoint keeps (`kept_pooler`; None: drawn from the seed)
         self.probe_s = 0.0  # seconds spent probing: kept off the budget's clock
@@ -247,10 +248,10 @@ class Loop:
         self.shown_loss: Optional[float] = None  # the progress bar's loss: the last one read
 
     def run(self) -> Path:
-        cfg, state, ctx = self.cfg, self.state, self.ctx
+        cfg, state, ctx, budget = self.cfg, self.state, self.ctx, self.setup.budget
         reporter = Reporter(
             self.run_dir if ctx.is_main else None,
-            cfg.train.max_steps,
+            budget.known_steps(),
             enabled=ctx.is_main,
             show_bar=cfg.train.progress,
             trackers=cfg.train.active_trackers,
@@ -265,7 +266,11 @@ class Loop:
         try:
             if cfg.model.init_from and state.step == 0:  # the base model's own figures open metrics.jsonl
                 self.evaluate(reporter)
-            while budget_progress(cfg, state) < 1.0:
+            while not budget.finished(state):
+                if budget.phase_ended(state):  # the phase before has ended (its checkpoint kept): the next begins
+                    self.next_phase(reporter)
+                    window, meter, planned = Window(), RateMeter(), False  # a phase runs at its own pace
+                phase = self.setup.cfg  # the config in force: the phase's
                 # fetch the step's micro-batches (timed: a loop that waits for data is data-bound), then one step
                 fetch_started = time.perf_counter()
                 micro = [next(self.setup.batches) for _ in range(self.setup.layout.accum_steps)]
@@ -275,45 +280,72 @@ class Loop:
                 )
                 window.tokens += result.tokens
                 meter.add(time.perf_counter(), result.tokens)
-                plan = forecast(cfg, state, meter.steps_per_s(), meter.tokens_per_step()) if meter.ready() else None
-                if plan is not None and not planned:  # once: the measured rate turned into the time to the budget
+                plan = forecast(budget, state, meter.steps_per_s(), meter.tokens_per_step()) if meter.ready() else None
+                if plan is not None and not planned:  # once a phase: the measured rate turned into the time left
                     reporter.message(plan.line(meter.steps_per_s(), meter.steps_per_s() * meter.tokens_per_step()))
                     planned = True
                 total = plan.final_step if plan is not None else None
                 reporter.advance(state.step, self.shown_loss, result.lr, window.tokens_per_s(), total)
                 # the step's figures stay on the device, read only where a line, an evaluation, a checkpoint or the
                 # end needs them: between those, the host queues steps without waiting
-                logs = state.step % cfg.train.log_every == 0
+                logs = state.step % phase.train.log_every == 0
                 evaluates, saves = (
-                    _every(state.step, cfg.train.eval_every),
-                    _every(state.step, cfg.checkpoint.save_every),
+                    _every(state.step, phase.train.eval_every),
+                    _every(state.step, phase.checkpoint.save_every),
                 )
                 pause = cfg.train.pause_after
                 stopping = result.stop_requested or bool(pause and self.start_step < pause <= state.step)
-                last = stopping or budget_progress(cfg, state) >= 1.0
-                if logs or evaluates or saves or last:  # the last steps' window is logged too, however short
-                    self.settle(result, reporter, window if logs or last else None)
-                    window = Window() if logs else window
-                eval_loss = self.evaluate(reporter) if evaluates else None
-                self.probe(reporter, evaluates)
-                if saves:
+                phase_over = budget.phase_ended(state)  # a phase ended here and another follows: evaluate and keep
+                last = stopping or budget.finished(state)
+                if logs or evaluates or saves or last or phase_over:  # the last steps' window is logged too
+                    self.settle(result, reporter, window if logs or last or phase_over else None)
+                    window = Window() if logs or phase_over else window
+                eval_loss = self.evaluate(reporter) if evaluates or phase_over else None
+                self.probe(reporter, evaluates or phase_over)
+                if saves or phase_over:
                     self.save(eval_loss)
+                if phase_over:
+                    on_main(ctx, self.keep_phase)
                 if stopping:
                     stopped = True
                     break
             else:  # budget spent: a last evaluation unless this very step had one
-                if not (_every(state.step, cfg.train.eval_every) and state.step > 0):
+                if not (_every(state.step, self.setup.cfg.train.eval_every) and state.step > 0):
                     eval_loss = self.evaluate(reporter)
                 self.probe(reporter, evaluated=True, final=True)
             # every rank takes the same branch here: save() holds collectives
-            if not (_every(state.step, cfg.checkpoint.save_every) and state.step > 0):
+            if not (_every(state.step, self.setup.cfg.checkpoint.save_every) and state.step > 0):
                 self.save(eval_loss)
+            if budget.phases and budget.finished(state):  # the last phase's end: its checkpoint kept too
+                on_main(ctx, self.keep_phase)
         finally:
             stopper.restore()
             reporter.close()
         if ctx.is_main:
             self.farewell(stopped)
         return self.last_saved if self.last_saved is not None else self.run_dir
+
+    def next_phase(self, reporter: Reporter) -> None:
+        """Move on to the next phase: its config, data, masking and optimizer settings (`enter_phase`), and its
+        validation blocks at its length; say so."""
+        setup, budget = self.setup, self.setup.budget
+        enter_phase(setup)
+        cfg = setup.cfg
+        if self.eval_set is not None:  # rank 0 evaluates: the validation blocks at the phase's length
+            self.eval_set = eval_set(setup.objective, cfg.store_dir, setup.tokenizer, cfg.train.eval_max_blocks)
+        phase = budget.phases[self.state.phase]
+        key, amount = phase.budget
+        settings = ", ".join(f"{name}: {value}" for name, value in phase.set.items()) or "no settings changed"
+        reporter.message(f"step {self.state.step}: phase {phase.name} begins ({key} {amount:g}; {settings})")
+
+    def keep_phase(self) -> None:
+        """Keep the checkpoint just saved, the end of the state's phase, as checkpoints/phase-NAME (keep_last never
+        prunes it): the point a run branches from to go on with another phase (ModernBERT's "anneal on your
+        domain")."""
+        if self.last_saved is not None:
+            name = self.setup.budget.name_of(self.state)
+            kept = ownership.keep_copy(self.last_saved, f"phase-{name}")
+            say(f"phase {name} ended at step {self.state.step}: its checkpoint is kept as {kept}")
 
     def settle(self, result: StepResult, reporter: Reporter, window: Optional[Window]) -> None:
         """Read the latest step's figures (one copy from the device) and bring the state's non-finite counts up to
@@ -359,8 +391,10 @@ class Loop:
                 "loss": reading.loss,
                 **reading.loss_terms,
                 "lr": result.lr,
-                # the training selection rate of the step (masking.schedule), as its collator drew it
-                "mlm_probability": scheduled_rate(self.cfg.masking, state.step - 1, self.cfg.train.max_steps),
+                # the training selection rate of the step (masking.schedule, or its phase's), as its collator drew it
+                "mlm_probability": scheduled_rate(self.setup.cfg.masking, state.step - 1, self.cfg.train.max_steps),
+                "seq_len": self.setup.cfg.data.seq_len,
+                **self.phase_field(),
                 "grad_norm": reading.grad_norm,
                 "tokens_per_s": tokens_per_s,
                 "data_wait_share": window.wait_share(),
@@ -382,9 +416,19 @@ class Loop:
                 averaged, averaged_summary = setup.objective.evaluate(setup.mlm, blocks, indices, on)
             metrics.update({f"ema_{key}": value for key, value in averaged.items()})
             summary = f"{summary}; moving average: {averaged_summary}"
-        reporter.log({"step": self.state.step, "tokens": self.state.tokens, "flops": self.state.flops, **metrics})
-        reporter.message(f"step {self.state.step}: {summary}")
+        at = {"step": self.state.step, "tokens": self.state.tokens, "flops": self.state.flops}
+        reporter.log({**at, **metrics, "seq_len": setup.cfg.data.seq_len, **self.phase_field()})
+        where = (
+            f" (phase {setup.budget.name_of(self.state)}, blocks of {setup.cfg.data.seq_len})"
+            if setup.budget.phases
+            else ""
+        )
+        reporter.message(f"step {self.state.step}{where}: {summary}")
         return metrics.get("ema_eval_loss" if self.cfg.checkpoint.save_ema else "eval_loss", metrics["eval_loss"])
+
+    def phase_field(self) -> dict[str, str]:
+        """{"phase": its name} for a metrics line of a run of phases; nothing for a run without."""
+        return {"phase": self.setup.budget.name_of(self.state)} if self.setup.budget.phases else {}
 
     def probe(self, reporter: Reporter, evaluated: bool, final: bool = False) -> None:
         """The live downstream probe when due (rank 0), into metrics.jsonl, its time off the budget's clock (the
@@ -438,6 +482,7 @@ class Loop:
                     training_state,
                     {"tokens": state.tokens, "eval_loss": eval_loss},
                     self.pooler,
+                    setup.objective.facts(),
                 )
             best = self.run_dir / "checkpoints" / f"step-{state.best_step}" if self.cfg.checkpoint.keep_best else None
             for old, foreign in ownership.prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, keep=best):
@@ -456,10 +501,10 @@ class Loop:
             launcher = "torchrun <same options> -m " if self.ctx.distributed else ""
             say(
                 f"stopped at step {self.state.step}; checkpoint {self.last_saved}. Resume with: "
-                f"{launcher}mlmtrain pretrain --config <your config> --resume (same --set options)"
+                f"{launcher}mlmtrain pretrain --config {self.run_dir / 'mlmtrain.yaml'} --resume"
             )
             return
-        ended = spent_budgets(self.cfg, self.state)
+        ended = self.setup.budget.spent(self.state)
         say(
             f"done: {self.state.step} steps, {self.state.tokens:,} tokens in {self.state.elapsed_s:.0f}s, until "
             f"{' and '.join(ended) or 'the budget'} ended the run; checkpoint {self.last_saved} (also {latest})"
@@ -468,7 +513,7 @@ class Loop:
         if self.cfg.checkpoint.keep_best and self.state.best_step < self.state.step and best.is_dir():
             say(f"the lowest validation loss was at step {self.state.best_step}: {best} (checkpoint.keep_best)")
         say(f'try: mlmtrain fill-mask --model {latest} "a sentence with a [MASK] in it"')
-        say(f"and: mlmtrain eval-perplexity --model {latest} --config <your config>")
+        say(f"and: mlmtrain eval-perplexity --model {latest} --config {self.run_dir / 'mlmtrain.yaml'}")
 
 
 @dataclass

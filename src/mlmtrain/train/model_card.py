@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from safetensors import safe_open
 
 from mlmtrain.config import Config, names_hub_repository, published_value, published_yaml
 from mlmtrain.data.sources import parse_hub_spec
@@ -25,6 +24,7 @@ from mlmtrain.model.families import family_of, shape_of
 from mlmtrain.readers import load_json_text, read_json
 from mlmtrain.report.rundata import scorecard_table
 from mlmtrain.runtime.durable import replace_text
+from mlmtrain.runtime.model_folder import weights_parameter_count
 from mlmtrain.train.added_words import ADDED_WORDS, added_words
 from mlmtrain.train.objectives import objective_class
 
@@ -141,7 +141,8 @@ def _summary(cfg: Config, model: dict[str, Any], folder: Path, step: int) -> str
     return (
         f"# {Path(cfg.train.run_dir).name}, step {step:,}\n\n"
         f"A {shape_of(model)['num_layers']}-layer {_family_name(model)} encoder pretrained "
-        f"{objective_class(cfg).card_trained} by mlmtrain, {_parameters(folder):,} parameters.{_continued(cfg)}\n"
+        f"{objective_class(cfg).card_trained} by mlmtrain, {weights_parameter_count(folder):,} parameters."
+        f"{_continued(cfg)}\n"
     )
 
 
@@ -169,16 +170,6 @@ def _named_model(verb: str, key: str, name: Optional[str]) -> str:
     return f" {verb} the local model `{published_value(key, name)}` (`{key}`)."
 
 
-def _parameters(folder: Path) -> int:
-    """The numbers in the folder's saved weights (tied ones counted once, the pooler included)."""
-
-    total = 0
-    for weights in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(weights), "pt") as opened:
-            total += sum(math.prod(opened.get_slice(name).get_shape()) for name in opened.keys())
-    return total
-
-
 def _table(header: tuple[str, str], rows: list[tuple[str, Any]]) -> str:
     return f"| {header[0]} | {header[1]} |\n|---|---|\n" + "".join(f"| {name} | {value} |\n" for name, value in rows)
 
@@ -193,7 +184,7 @@ def _model_section(model: dict[str, Any], folder: Path) -> str:
         ("feed-forward size", shape["intermediate_size"]),
         ("max positions", shape["max_position_embeddings"]),
         ("embedding rows", model.get("vocab_size")),
-        ("parameters", f"{_parameters(folder):,}"),
+        ("parameters", f"{weights_parameter_count(folder):,}"),
     ]
     return "## Model\n\n" + _table(("property", "value"), rows)
 

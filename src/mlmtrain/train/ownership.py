@@ -26,7 +26,7 @@ COMPLETE = "COMPLETE"
 MANIFEST_FILE = "checkpoint.json"  # the step, its metrics, and the size and time of each file the writer put there
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 # a killed save's leftover: named after the writer's pid (and, since it has one, a random suffix)
-_LEFTOVER = re.compile(r"^\.(?:tmp-step-\d+|old-step-\d+|latest)-(\d+)(?:-[0-9a-f]+)?$")
+_LEFTOVER = re.compile(r"^\.(?:tmp-step-\d+|old-step-\d+|tmp-phase-.+?|old-phase-.+?|latest)-(\d+)(?:-[0-9a-f]+)?$")
 # every name a save writes (model, tokenizer, run config, training state, model card), in the checkpoint folder or
 # in a model folder inside it (an ELECTRA generator): what a leftover killed before its record may hold
 CHECKPOINT_FILES = re.compile(
@@ -261,6 +261,35 @@ def remove_checkpoint(folder: Path, ignore_errors: bool = False) -> None:
             remove_checkpoint(child, ignore_errors)
     (folder / COMPLETE).unlink(missing_ok=True)
     shutil.rmtree(folder, ignore_errors=ignore_errors)
+
+
+def keep_copy(folder: Path, name: str) -> Path:
+    """A copy of the checkpoint `folder` as checkpoints/`name` (a phase's end: keep_last never prunes it), its files
+    linked where the file system allows (no second copy on disk) and copied where it does not, its record kept: the
+    copy is provably mlmtrain's. An earlier copy of that name (a run resumed from before it) is replaced when it is
+    mlmtrain's, and refused when it holds a user's file."""
+    root, final = folder.parent, folder.parent / name
+    if (final.exists() or final.is_symlink()) and not written_by_mlmtrain(final):
+        why = why_spared(foreign_files(final))
+        raise UserError("checkpoint", f"{final} would be replaced, and {why}; move it away, then resume")
+    staging = root / f".tmp-{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+    def link_or_copy(source: str, target: str) -> None:
+        try:
+            os.link(source, target)
+        except OSError:  # a file system without hard links
+            shutil.copy2(source, target)
+
+    shutil.copytree(folder, staging, copy_function=link_or_copy)
+    if final.exists():
+        replaced = root / f".old-{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        final.rename(replaced)
+        staging.rename(final)
+        remove_checkpoint(replaced, ignore_errors=True)
+    else:
+        staging.rename(final)
+    fsync_dir(root)
+    return final
 
 
 def why_spared(foreign: Optional[list[str]]) -> str:

@@ -1,5 +1,6 @@
-"""How long a run will take: which budget will end it, at which step, and in how many seconds, from the rate the
-run has measured so far. Pure arithmetic over the budgets the config sets (`budget_shares` measures what is used).
+"""How long a run will take: which budget will end it (or its phase), at which step, and in how many seconds, from the
+rate the run has measured so far. Pure arithmetic over the budgets the config sets (`Budget` measures what is used);
+a later phase of other blocks or batches is counted at the time a token takes now.
 """
 
 from __future__ import annotations
@@ -8,45 +9,79 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from mlmtrain.config import Config
 from mlmtrain.runtime.progress import duration
+from mlmtrain.train.budget import Budget
 from mlmtrain.train.step import TrainState
 
 
 @dataclass(frozen=True)
 class Forecast:
-    """Where the run will end, by the rate measured so far."""
+    """Where the run (and its phase) will end, by the rate measured so far."""
 
-    budget: (
-        str  # the budget expected to end the run first, as its key: train.max_steps, max_tokens, max_time, max_flops
-    )
+    budget: str  # the budget expected to end the run (or its phase) first, as its key
     final_step: int  # the step the run will end at
-    seconds_left: float
+    seconds_left: float  # in the run
+    phase: Optional[str] = None  # the phase the run is in (config phases:)
+    phase_final_step: int = 0
+    phase_seconds_left: float = 0.0
 
     def line(self, steps_per_s: float, tokens_per_s: float) -> str:
-        """The plan line a run prints once it has measured its rate."""
+        """The plan line a run (or a phase of it) prints once it has measured its rate."""
+        rate = f"at {steps_per_s:.2f} steps/s ({tokens_per_s:,.0f} tokens/s)"
+        if self.phase is None:
+            return (
+                f"plan: {self.final_step:,} steps, until {self.budget} ends the run, {rate}: about "
+                f"{duration(self.seconds_left)} left"
+            )
         return (
-            f"plan: {self.final_step:,} steps, until {self.budget} ends the run, at {steps_per_s:.2f} steps/s "
-            f"({tokens_per_s:,.0f} tokens/s): about {duration(self.seconds_left)} left"
+            f"plan: phase {self.phase} ends at step {self.phase_final_step:,} ({self.budget}) in about "
+            f"{duration(self.phase_seconds_left)}; the run at step {self.final_step:,} in about "
+            f"{duration(self.seconds_left)}, {rate}"
         )
 
 
-def forecast(cfg: Config, state: TrainState, steps_per_s: float, tokens_per_step: float) -> Optional[Forecast]:
-    """The budget that will end the run first and when, at `steps_per_s` steps of `tokens_per_step` tokens (both
-    measured); None before there is a rate to go by."""
+def forecast(budget: Budget, state: TrainState, steps_per_s: float, tokens_per_step: float) -> Optional[Forecast]:
+    """The budget that will end the run (or its phase) first and when, at `steps_per_s` steps of `tokens_per_step`
+    tokens (both measured); None before there is a rate to go by."""
     if not (steps_per_s > 0 and tokens_per_step > 0):
         return None
-    t = cfg.train
-    flops_per_step = tokens_per_step * state.flops / state.tokens if state.tokens else 0.0
-    steps_left = {
-        "train.max_steps": t.max_steps - state.step if t.max_steps else None,
-        "train.max_tokens": (t.max_tokens - state.tokens) / tokens_per_step if t.max_tokens else None,
-        "train.max_time": (t.max_time_seconds - state.elapsed_s) * steps_per_s if t.max_time_seconds else None,
-        "train.max_flops": (t.max_flops - state.flops) / flops_per_step if t.max_flops and flops_per_step else None,
-    }
-    budget, left = min(((key, value) for key, value in steps_left.items() if value is not None), key=lambda kv: kv[1])
+    flops_per_token = state.flops / state.tokens if state.tokens else 0.0
+    steps_left = {}
+    for key, (name, amount) in budget.limits(state).items():
+        steps = _steps(name, amount - budget.used(state, name), steps_per_s, tokens_per_step, flops_per_token)
+        if steps is not None:
+            steps_left[key] = steps
+    if not steps_left:
+        return None
+    key, left = min(steps_left.items(), key=lambda item: item[1])
     left = max(math.ceil(left), 0)
-    return Forecast(budget, state.step + left, left / steps_per_s)
+    seconds = left / steps_per_s
+    if not budget.phases:
+        return Forecast(key, state.step + left, seconds)
+    seconds_per_token = 1.0 / (steps_per_s * tokens_per_step)
+    later_steps, later_seconds = 0, 0.0
+    for phase, phase_cfg in zip(budget.phases[state.phase + 1 :], budget.configs[state.phase + 1 :], strict=True):
+        tokens = phase_cfg.train.batch_size * phase_cfg.data.seq_len  # a step of that phase
+        name, amount = phase.budget
+        steps = _steps(name, amount, 1.0 / (tokens * seconds_per_token), tokens, flops_per_token) or 0.0
+        later_steps += math.ceil(steps)
+        later_seconds += steps * tokens * seconds_per_token
+    return Forecast(
+        key, state.step + left + later_steps, seconds + later_seconds, budget.name_of(state), state.step + left, seconds
+    )
+
+
+def _steps(
+    name: str, amount: float, steps_per_s: float, tokens_per_step: float, flops_per_token: float
+) -> Optional[float]:
+    """Steps that `amount` of budget `name` (max_steps, ...) takes at the rates given (None: no FLOPs counted yet)."""
+    if name == "max_steps":
+        return amount
+    if name == "max_tokens":
+        return amount / tokens_per_step
+    if name == "max_time":
+        return amount * steps_per_s
+    return amount / (flops_per_token * tokens_per_step) if flops_per_token else None
 
 
 class RateMeter:

@@ -14,7 +14,7 @@ from typing import Any, Optional, Union
 from mlmtrain.config import Config
 from mlmtrain.data.masking import VocabInfo, check_whole_words
 from mlmtrain.data.sources import corpus_splits
-from mlmtrain.data.store import tokenizer_plan
+from mlmtrain.data.store import check_outputs_apart, tokenizer_plan
 from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
 from mlmtrain.errors import UserError
 from mlmtrain.runtime.model_folder import ModelFolder
@@ -41,6 +41,7 @@ class ResolvedRun:
     tokenizer: Any = None  # the run's tokenizer where it is known before tokenizing (a resume's, a branch's)
     objective: Optional[Objective] = None  # built on that tokenizer
     branched: bool = False  # `start` is another run's checkpoint (--branch-from): this run starts from it
+    notes: tuple[str, ...] = ()  # what the start says of itself (printed once the run begins)
 
     @property
     def run_dir(self) -> Path:
@@ -76,6 +77,7 @@ def resolve_run(cfg: Config, resume: Optional[str], branch_from: Optional[str] =
     stands_in = start is not None and start.stands_in_for(KEY, cfg.model.init_from)
     resolved = resolve_init_from(cfg, resumed=start.saved if stands_in else None)
     cfg, bases = resolved.cfg, resolved.bases
+    check_outputs_apart(cfg)  # the run, tokenizer and store folders apart from every input
     corpus = corpus_splits(cfg.data)[0]  # a data.train that does not exist is refused here
     if start is None:
         return ResolvedRun(cfg, resume, None, bases)
@@ -88,7 +90,9 @@ def resolve_run(cfg: Config, resume: Optional[str], branch_from: Optional[str] =
         check_whole_words(tokenizer, str(cfg.tokenizer_dir))
     objective = objective_of(cfg, VocabInfo.from_tokenizer(tokenizer), bases)
     check_model_shape(start, cfg, objective, branched=branch is not None)
-    return ResolvedRun(cfg, resume, start, bases, tokenizer, objective, branched=branch is not None)
+    note = objective.check_start(start, branched=branch is not None)  # what the checkpoint's record holds it to
+    notes = (note,) if note else ()
+    return ResolvedRun(cfg, resume, start, bases, tokenizer, objective, branch is not None, notes)
 
 
 def _start_tokenizer(cfg: Config, corpus: Any, start: SavedCheckpoint, branched: bool, stands_in: bool) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
@@ -32,6 +32,7 @@ from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.model.bert import MaskedLM, use_training_attention
 from mlmtrain.model.context import autocast_context
+from mlmtrain.model.modernbert import set_rope_theta
 from mlmtrain.model.optim import (
     apply_optim_config,
     build_optimizer,
@@ -43,6 +44,7 @@ from mlmtrain.runtime.distributed import DistContext, all_reduce_sum
 from mlmtrain.runtime.progress import say
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train import resume_checks
+from mlmtrain.train.budget import Budget, counters
 from mlmtrain.train.checkpoint import SavedCheckpoint
 from mlmtrain.train.compiling import CompileChoice, choose_compile
 from mlmtrain.train.ema import STATE_KEY, WeightAverage, restore_live_weights
@@ -64,6 +66,9 @@ class TrainState:
     best_step: int = -1
     warmup_end_progress: float = 0.0  # budget share used when warm-up ended: decay is measured from there
     flops: int = 0  # training FLOPs so far: tokens x the objective's FLOPs per token, step by step
+    phase: int = 0  # the phase the run is in (config phases:; 0 without phases)
+    phase_name: str = ""  # its name: a resume or a branch finds it by its name
+    phase_start: dict[str, float] = field(default_factory=dict)  # the counters where it began (budget.counters)
 
 
 @dataclass
@@ -71,7 +76,7 @@ class TrainingSetup:
     """What a run trains with (model, optimizer, scaler, state, micro-batch stream): `build_setup` makes it, fresh or
     from a checkpoint; `train_step` uses it."""
 
-    cfg: Config
+    cfg: Config  # the config in force: the current phase's (config phases:), else the run's
     ctx: DistContext
     mlm: Any  # what checkpoints save: the BertForMaskedLM, or ELECTRA's generator + discriminator
     model: torch.nn.Module  # what a step calls (the objective's step_module around mlm), compiled and/or in DDP
@@ -88,6 +93,7 @@ class TrainingSetup:
     saved: dict[str, Any]  # the checkpoint's training state; empty for a fresh run
     nonfinite: NonfiniteCounts  # the skipped-step counters, kept on the device between reads
     ema: Optional[WeightAverage] = None  # train.ema's moving average of the weights
+    budget: Optional[Budget] = None  # what ends the run, and its phases; None: the run's config alone (a bare step)
 
     @property
     def autocast_dtype(self) -> Optional[torch.dtype]:
@@ -106,29 +112,37 @@ def build_setup(
 ) -> TrainingSetup:
     """Model, optimizer, scaler, state and the micro-batch stream, fresh or restored from the checkpoint `start` (read
     and checked by the resolution); `tokenizer` and `objective`, the run's, where it has them already (else loaded
-    from the config's tokenizer folder, and built on it)."""
+    from the config's tokenizer folder, and built on it). `cfg` is the run's config; a run of phases trains under the
+    config of the phase its state is in (`Budget`)."""
     hf_logging.disable_progress_bar()  # transformers' own save/load bars would break our progress bar every checkpoint
     device = ctx.device
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(cfg.tokenizer_dir)
     vocab = VocabInfo.from_tokenizer(tokenizer)
     fingerprint = tokenizer_fingerprint(tokenizer)
-    layout = batch_layout(cfg.train.batch_size, cfg.train.micro_batch_size, ctx.world_size, ctx.rank)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True  # TF32 matmuls: free speed on Ampere+ at no cost to MLM quality
         torch.backends.cudnn.allow_tf32 = True
+    budget = Budget(cfg)
 
     # --- model, optimizer, state (fresh or from a checkpoint)
-    objective = objective if objective is not None else objective_of(cfg, vocab)
     state, saved = TrainState(), {}
     if start is not None:
         saved = ckpt.load_training_state(start.folder)
+        state = TrainState(**saved["train_state"])
+        budget.place(state)
+    elif cfg.phases:
+        state.phase_name = cfg.phases[0].name
+    run_cfg, cfg = cfg, budget.config_of(state)  # the config of the phase the state is in
+    layout = batch_layout(cfg.train.batch_size, cfg.train.micro_batch_size, ctx.world_size, ctx.rank)
+    if objective is None or run_cfg.phases:  # a phase's objective: its masking and lengths
+        objective = objective_of(cfg, vocab, objective.bases if objective is not None else None)
+    if start is not None:
         mlm = resume_checks.load_start_model(start, objective)
         objective.restore_training_state(mlm, saved)  # what it trains beside the saved model (a projection)
         restore_live_weights(mlm, saved)  # a checkpoint whose model is the average keeps the live weights aside
         if ctx.is_main:  # the config's dropout applies (load_start_model); its other settings differ from the run's
-            for note in resume_checks.resume_notes(start, cfg):
+            for note in resume_checks.resume_notes(start, run_cfg):
                 say(note)
-        state = TrainState(**saved["train_state"])
         # micro_batches counts this rank's micro-batches; another world size or micro-batch takes the same global
         # batches in other bites, so carry the position over in whole global batches.
         state.micro_batches = state.micro_batches // saved.get("accum_steps", layout.accum_steps) * layout.accum_steps
@@ -161,14 +175,8 @@ def build_setup(
         if changed and ctx.is_main:
             say(f"note: optimizer settings from the config replace the checkpoint's ({'; '.join(changed)})")
 
-    # --- data: the loader starts at the state's position; starting it draws from the global RNG, so the RNG is
-    #     seeded (fresh) or restored (resume) only afterwards
-    loader = make_loader(
-        _micro_batches(cfg, objective, tokenizer, layout, state, fingerprint),
-        cfg.data.num_workers,
-        pin_memory=device.type == "cuda",
-    )
-    batches = raise_worker_errors(iter(loader))
+    # --- data: the loader starts at the state's position; the RNG is seeded (fresh) or restored (resume) afterwards
+    batches = _batches(cfg, objective, tokenizer, layout, state, fingerprint, device)
     if saved and ctx.rank < len(saved["rng"]):
         ckpt.set_rng_state(saved["rng"][ctx.rank])  # each rank its own: dropout continues as if never stopped
     else:  # a fresh run, or a rank the saved run did not have
@@ -191,7 +199,41 @@ def build_setup(
         saved,
         NonfiniteCounts(state, device),
         ema,
+        budget,
     )
+
+
+def _batches(
+    cfg: Config,
+    objective: Objective,
+    tokenizer: Any,
+    layout: BatchLayout,
+    state: TrainState,
+    fingerprint: str,
+    device: torch.device,
+) -> Iterator[dict[str, torch.Tensor]]:
+    """This rank's micro-batches from the state's data position on, made in the loader's worker processes."""
+    dataset = _micro_batches(cfg, objective, tokenizer, layout, state, fingerprint)
+    loader = make_loader(dataset, cfg.data.num_workers, pin_memory=device.type == "cuda")
+    return raise_worker_errors(iter(loader))
+
+
+def enter_phase(setup: TrainingSetup) -> None:
+    """Move `setup` on to the next phase (config phases:) at the state's counters: its config, objective (masking,
+    lengths), batch layout and micro-batch stream from its start; the optimizer's settings and a ModernBERT's rotary
+    bases as the phase sets them. The weights, the optimizer's moments and the schedule go on."""
+    state, ctx = setup.state, setup.ctx
+    state.phase += 1
+    state.phase_name = setup.budget.phases[state.phase].name
+    state.phase_start = counters(state)
+    state.micro_batches = 0  # the position in the phase's own stream
+    cfg = setup.cfg = setup.budget.config_of(state)
+    setup.objective = objective_of(cfg, setup.vocab, setup.objective.bases)
+    setup.layout = batch_layout(cfg.train.batch_size, cfg.train.micro_batch_size, ctx.world_size, ctx.rank)
+    fingerprint = tokenizer_fingerprint(setup.tokenizer)
+    setup.batches = _batches(cfg, setup.objective, setup.tokenizer, setup.layout, state, fingerprint, ctx.device)
+    apply_optim_config(setup.optimizer, cfg.optim)
+    set_rope_theta(setup.mlm, cfg.model)
 
 
 def _restore_optimizer(optimizer: torch.optim.Optimizer, saved: dict[str, Any], notes: bool) -> None:
@@ -260,29 +302,6 @@ def _micro_batches(
         )
     blocks, collator = objective.training_blocks(store, tokenizer)
     return MicroBatches(blocks, collator, layout, cfg.train.seed, start=state.micro_batches)
-
-
-def budget_shares(cfg: Config, state: TrainState) -> dict[str, float]:
-    """Share used of each budget the config sets, by its key (train.max_steps, max_tokens, max_time, max_flops)."""
-    t = cfg.train
-    used = {"max_steps": state.step, "max_tokens": state.tokens, "max_time": state.elapsed_s, "max_flops": state.flops}
-    limits = {
-        "max_steps": t.max_steps,
-        "max_tokens": t.max_tokens,
-        "max_time": t.max_time_seconds,
-        "max_flops": t.max_flops,
-    }
-    return {f"train.{key}": used[key] / limit for key, limit in limits.items() if limit}
-
-
-def spent_budgets(cfg: Config, state: TrainState) -> list[str]:
-    """The budgets used up, by their keys: what ended (or would end) the run."""
-    return [key for key, share in budget_shares(cfg, state).items() if share >= 1.0]
-
-
-def budget_progress(cfg: Config, state: TrainState) -> float:
-    """Share of the budget used: the largest of steps, tokens, wall time and FLOPs (whichever are set)."""
-    return max(budget_shares(cfg, state).values(), default=0.0)
 
 
 @dataclass
@@ -415,10 +434,13 @@ def train_step(
     state.elapsed_s = elapsed if ctx.distributed else clock()
 
     # 4. Set the learning rate for this step, step (a no-op on the device where not finite).
+    budget = setup.budget or Budget(cfg)
+    progress = budget.schedule_progress(state)
     if state.step == cfg.optim.warmup_steps:
-        state.warmup_end_progress = budget_progress(cfg, state)
-    share = warmup_share(cfg.optim, cfg.train)  # warm-up as a share of a budget other than steps, if any
-    lr = learning_rate(state.step, budget_progress(cfg, state), cfg.optim, state.warmup_end_progress, share)
+        state.warmup_end_progress = progress
+    # warm-up as a share of a budget other than steps, if any (phases count warm-up in steps)
+    share = None if budget.phases else warmup_share(cfg.optim, cfg.train)
+    lr = learning_rate(state.step, progress, cfg.optim, state.warmup_end_progress, share)
     set_learning_rate(setup.optimizer, lr)
     if setup.scaler.is_enabled():
         _scaler_step(setup, loss_finite)

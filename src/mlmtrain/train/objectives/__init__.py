@@ -21,7 +21,8 @@ from typing import Optional
 from mlmtrain.config import Config
 from mlmtrain.data.masking import VocabInfo
 from mlmtrain.errors import UserError, shown
-from mlmtrain.model.families import family_of
+from mlmtrain.model.architectures import architecture_of
+from mlmtrain.model.families import check_rotary_bases, family_of
 from mlmtrain.runtime.model_folder import ModelFolder
 from mlmtrain.train.base_model import Base
 from mlmtrain.train.objectives.base import Evaluation, Objective
@@ -84,6 +85,10 @@ def check_config(cfg: Config) -> None:
             f"drop model.architecture (or set it to {' or '.join(kind.architectures)}), or set train.objective: "
             f"{' or '.join(able)}",
         )
+    if not cfg.model.init_from:  # the shape it builds from scratch (a base's is checked as it is read)
+        built = architecture_of(cfg.model)
+        built.check_shape(cfg.model)
+        check_rotary_bases(built.family, cfg.model, f"model.architecture {cfg.model.architecture}")
     kind.check_config(cfg)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
 import numpy as np
 import torch
@@ -18,6 +18,9 @@ from mlmtrain.model.families import Family
 from mlmtrain.report.curves import Curve
 from mlmtrain.runtime.model_folder import ModelFolder
 from mlmtrain.train.base_model import Base, read_base
+
+if TYPE_CHECKING:  # a checkpoint's record names its objective (checkpoint.py imports this package)
+    from mlmtrain.train.checkpoint import SavedCheckpoint
 
 Blocks = Union[Sequence[np.ndarray], Mapping[int, np.ndarray]]
 
@@ -110,6 +113,16 @@ class Objective:
         """The transformers config of each model `build` makes, by `model_folders` entry, each with the settings
         that decide its keys (`decided`: the model section's), to name them in a resume's error."""
         raise NotImplementedError
+
+    def facts(self) -> dict[str, Any]:
+        """What a checkpoint records of how it was trained beyond its config (its checkpoint.json), which a resume
+        holds the run to (`check_start`); nothing for most objectives."""
+        return {}
+
+    def check_start(self, start: SavedCheckpoint, branched: bool) -> Optional[str]:
+        """UserError for a checkpoint (`start`) this run cannot continue for what its facts say; for a branch, a
+        note instead where a new run may differ. None when all is well."""
+        return None
 
     def training_state(self, trained: Any) -> dict[str, Any]:
         """What it trains beside the saved model(s), for the checkpoint's training state (tensors and plain values)."""

@@ -6,8 +6,9 @@ family with a share of its layers (`distill.init`); its checkpoint is an ordinar
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -17,7 +18,7 @@ from mlmtrain.errors import UserError
 from mlmtrain.model.bert import build_model, flops_per_token
 from mlmtrain.model.distill import Distillation, DistilledStudent, projection_for, projects
 from mlmtrain.model.families import Family, keep_layers, kept_layers_config, shape_of
-from mlmtrain.runtime.model_folder import ModelFolder, transformers_config
+from mlmtrain.runtime.model_folder import ModelFolder, transformers_config, weights_fingerprint
 from mlmtrain.train.base_model import Base, check_base, read_base, take_shape, take_tokenizer
 from mlmtrain.train.objectives.base import Blocks, Evaluation
 from mlmtrain.train.objectives.mlm import MaskedLanguageModel
@@ -25,6 +26,7 @@ from mlmtrain.train.precision import resolve_precision
 
 KEY = "distill.teacher"
 PROJECTION = "distill_projection"  # the training state's entry of the hidden-state projection
+TEACHER_WEIGHTS = "distill_teacher_weights"  # a checkpoint's record of its teacher's weights (checkpoint.json)
 
 
 def resolve_teacher(cfg: Config, check_weights: bool = True) -> Base:
@@ -89,6 +91,12 @@ class Distill(MaskedLanguageModel):
                 "config",
                 "distill.teacher is not set, and train.objective distill needs a teacher; set distill.teacher to a "
                 "masked LM's folder or hub name",
+            )
+        if cfg.tokenizer.kind != "wordpiece":
+            raise UserError(
+                "config",
+                f"tokenizer.kind ({cfg.tokenizer.kind}) trains a tokenizer, and distill.teacher brings one; drop "
+                "tokenizer.kind",
             )
         if cfg.model.init_from:
             raise UserError(
@@ -170,6 +178,32 @@ class Distill(MaskedLanguageModel):
         teacher_width = self.teacher_shape().hidden_size
         projected = projects(cfg.model.hidden_size, teacher_width, cfg.distill.hidden_weight)
         return student + teacher + (6.0 * cfg.model.hidden_size * teacher_width if projected else 0.0)
+
+    @functools.cached_property
+    def teacher_weights(self) -> str:
+        """The fingerprint of the teacher's weights: a checkpoint records what it learned from (a folder of the same
+        name may later hold another model)."""
+        return weights_fingerprint(self.teacher.folder)
+
+    def facts(self) -> dict[str, Any]:
+        return {TEACHER_WEIGHTS: self.teacher_weights}
+
+    def check_start(self, start: Any, branched: bool) -> Optional[str]:
+        """A resume learns from the teacher its checkpoint learned from: distill.teacher holding another model (the
+        same folder, other weights) is refused, as a result of two teachers mixed; a branch is a new run, and a note
+        says its teacher changed."""
+        was = start.record.get(TEACHER_WEIGHTS)
+        if was is None or was == self.teacher_weights:
+            return None
+        teacher = self.cfg.distill.teacher
+        if branched:
+            return f"note: distill.teacher {teacher} holds other weights than the teacher {start.folder} learned from"
+        raise UserError(
+            "checkpoint",
+            f"distill.teacher {teacher} holds other weights than the teacher {start.folder} learned from ({was[:19]}, "
+            f"now {self.teacher_weights[:19]}), so a resume would mix two teachers; point distill.teacher at that "
+            "teacher, or go on with this one as a new run: --branch-from that checkpoint --set train.run_dir=NEW",
+        )
 
     def training_state(self, trained: Any) -> dict[str, Any]:
         return {PROJECTION: trained.projection_state()}

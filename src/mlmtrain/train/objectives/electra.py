@@ -72,7 +72,16 @@ class Electra(Objective):
 
     @classmethod
     def check_config(cls, cfg: Config) -> None:
-        """The generator's share of the model's width keeps its heads whole."""
+        """The generator is no deeper than the discriminator, and its share of the model's width keeps its heads
+        whole."""
+        layers, most = cfg.electra.generator_layers, cfg.model.num_layers
+        if layers is not None and layers > most:
+            raise UserError(
+                "config",
+                f"electra.generator_layers ({layers}) is more than model.num_layers ({most}), and ELECTRA's generator "
+                f"is a smaller model than its discriminator; set electra.generator_layers to {most} or fewer (null: "
+                "as many)",
+            )
         shape = cfg.electra.generator_shape(cfg.model)
         if shape["hidden_size"] % shape["num_heads"]:
             raise UserError(
