@@ -56,6 +56,12 @@ def write_corpus(path: Path, documents: int, seed: int = 0) -> Path:
     return path
 
 
+def store_files(store: Path, split: str = "train") -> tuple[Path, Path]:
+    """The first shard and the document index of a token store's split (the files of its first source)."""
+    unit = json.loads((store / "meta.json").read_text())["splits"][split]["sources"][0]
+    return store / f"{unit}-00000.bin", store / f"{unit}.docs.npy"
+
+
 def larger_weights(model: torch.nn.Module) -> torch.nn.Module:
     """`model` with its matrices drawn at std 0.2: at init (std 0.02) every prediction is nearly uniform, so a wrong
     row, a lost position or a dropped mask hardly moves the loss; larger weights make such comparisons able to fail."""

@@ -19,7 +19,7 @@ import torch
 from mlmtrain.config import Config, save_config
 from mlmtrain.data.blocks import evaluation_blocks
 from mlmtrain.data.masking import VocabInfo, scheduled_rate
-from mlmtrain.data.store import TokenStore, tokenize_corpus
+from mlmtrain.data.store import TokenStore, fetch_remote_copies, tokenize_corpus
 from mlmtrain.data.tokenizer import tokenizer_fingerprint
 from mlmtrain.errors import UserError, first_line, interrupt_on_sigterm, loader_worker_died
 from mlmtrain.evaluate.probe import LiveProbe, ProbeDiverged, Task, live_task, metric_record
@@ -80,7 +80,7 @@ def _pretrain(run: ResolvedRun, ctx: DistContext, overwrite: bool) -> Path:
         if note and ctx.is_main:
             say(note)
         with interrupt_on_sigterm():  # tokenizing and set-up: SIGTERM says "interrupted" like Ctrl-C
-            on_main(ctx, lambda: _ensure_data(cfg, run.resumed_base))
+            _ensure_data(cfg, run.resumed_base, ctx)
             if ctx.is_main and run.resume == "auto" and run.resume_from is None:
                 say(f"no checkpoint in {run_dir}; starting a new run")
             return _run(run, ctx, task)
@@ -119,16 +119,18 @@ def _stopped_from_outside(error: RuntimeError, run_dir: Path) -> UserError:
     )
 
 
-def _ensure_data(cfg: Config, tokenizer_source: Optional[Path]) -> None:
-    """Tokenize first when the store is missing or stale, so one command does the whole job (rank 0 only);
-    `tokenizer_source` (a resumed checkpoint) stands in for tokenizer.pretrained."""
+def _ensure_data(cfg: Config, tokenizer_source: Optional[Path], ctx: DistContext) -> None:
+    """Tokenize first when the store is missing or stale, so one command does the whole job: rank 0 prepares the
+    tokenizer and writes the store, every rank encodes its share (data/shares.py); then each machine holds its copy
+    of a remote store and tokenizer. `tokenizer_source` (a resumed checkpoint) stands in for tokenizer.pretrained."""
     if cfg.data.use_store:
-        tokenize_corpus(cfg, tokenizer_source=tokenizer_source)
+        tokenize_corpus(cfg, tokenizer_source=tokenizer_source, ctx=ctx)
     else:
         from mlmtrain.data.sources import corpus_splits
         from mlmtrain.data.store import prepare_tokenizer
 
-        prepare_tokenizer(cfg, corpus_splits(cfg.data)[0], tokenizer_source)
+        on_main(ctx, lambda: prepare_tokenizer(cfg, corpus_splits(cfg.data)[0], tokenizer_source))
+    fetch_remote_copies(cfg)
 
 
 def eval_set(cfg: Config, tokenizer: Any) -> Optional[tuple[Any, list[int]]]:
