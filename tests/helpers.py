@@ -241,15 +241,16 @@ def torchrun(
     *flags: str,
     log_dir: Optional[Path] = None,
     options: Optional[list[str]] = None,
+    command_name: str = "pretrain",
     **overrides: object,
 ) -> subprocess.Popen:
-    """Start `torchrun --standalone --nproc_per_node=2 -m mlmtrain pretrain` on the tiny store (output piped), or
-    with the --set `options` given (then `data`, `run_dir` and `overrides` are not read)."""
+    """Start `torchrun --standalone --nproc_per_node=2 -m mlmtrain pretrain` (or another command) on the tiny store
+    (output piped), or with the --set `options` given (then `data`, `run_dir` and `overrides` are not read)."""
     overrides["train.run_dir"] = run_dir
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]  # = torchrun
     if log_dir is not None:
         command += ["--log-dir", str(log_dir), "--tee", "3"]  # each rank's output also lands in its own file
-    command += ["-m", "mlmtrain", "pretrain", *flags]
+    command += ["-m", "mlmtrain", command_name, *flags]
     for option in tiny_overrides(data, **overrides) if options is None else options:
         command += ["--set", option]
     # One thread per process: two ranks share two cores. A collective timeout in seconds, not half an hour,

@@ -109,6 +109,7 @@ def list_files(entry: str, key: str, wanted: re.Pattern) -> list[RemoteFile]:
     sorted, hidden ones left out)."""
     fs, path = filesystem(entry, key)
     try:
+        fs.invalidate_cache()  # another process may have written there since this one last listed it
         if any(char in path for char in "*?["):
             found = {name: fs.info(name) for name in sorted(fs.glob(path))}
             found = {name: info for name, info in found.items() if info.get("type") != "directory"}
@@ -149,6 +150,7 @@ def remote_names(url: str, key: str) -> dict[str, int]:
     """{name: size} of the files directly in the remote folder `url` ({} when there is none)."""
     fs, path = filesystem(url, key)
     try:
+        fs.invalidate_cache()  # another process may have written there since this one last listed it
         if not fs.exists(path):
             return {}
         return {
