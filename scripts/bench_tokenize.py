@@ -411,6 +411,8 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         )
         store = Path(first["store"])
         tokenizer = work / "tokenizer-main"
+        # the store's own corpus and tokenizer: both runs find it current and train on it, nothing encoded again
+        extra += [f"data.train={corpus}", f"data.validation={corpus}", f"tokenizer.pretrained={args.tokenizer}"]
         results["s3"] = s3_against_local(store, tokenizer, work, args.pretrain_config, args.pretrain_steps, extra)
         r = results["s3"]
         print(
