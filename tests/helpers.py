@@ -56,6 +56,12 @@ def write_corpus(path: Path, documents: int, seed: int = 0) -> Path:
     return path
 
 
+def store_files(store: Path, split: str = "train") -> tuple[Path, Path]:
+    """The first shard and the document index of a token store's split (the files of its first source)."""
+    unit = json.loads((store / "meta.json").read_text())["splits"][split]["sources"][0]
+    return store / f"{unit}-00000.bin", store / f"{unit}.docs.npy"
+
+
 def larger_weights(model: torch.nn.Module) -> torch.nn.Module:
     """`model` with its matrices drawn at std 0.2: at init (std 0.02) every prediction is nearly uniform, so a wrong
     row, a lost position or a dropped mask hardly moves the loss; larger weights make such comparisons able to fail."""
@@ -235,15 +241,16 @@ def torchrun(
     *flags: str,
     log_dir: Optional[Path] = None,
     options: Optional[list[str]] = None,
+    command_name: str = "pretrain",
     **overrides: object,
 ) -> subprocess.Popen:
-    """Start `torchrun --standalone --nproc_per_node=2 -m mlmtrain pretrain` on the tiny store (output piped), or
-    with the --set `options` given (then `data`, `run_dir` and `overrides` are not read)."""
+    """Start `torchrun --standalone --nproc_per_node=2 -m mlmtrain pretrain` (or another command) on the tiny store
+    (output piped), or with the --set `options` given (then `data`, `run_dir` and `overrides` are not read)."""
     overrides["train.run_dir"] = run_dir
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]  # = torchrun
     if log_dir is not None:
         command += ["--log-dir", str(log_dir), "--tee", "3"]  # each rank's output also lands in its own file
-    command += ["-m", "mlmtrain", "pretrain", *flags]
+    command += ["-m", "mlmtrain", command_name, *flags]
     for option in tiny_overrides(data, **overrides) if options is None else options:
         command += ["--set", option]
     # One thread per process: two ranks share two cores. A collective timeout in seconds, not half an hour,

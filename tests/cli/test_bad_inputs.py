@@ -18,7 +18,16 @@ import pytest
 from mlmtrain.data.store import TokenStore
 from mlmtrain.errors import UserError
 
-from ..helpers import CHILD_ENV, CHILD_TIMEOUT_S, WORDS, assert_one_error_line, run_cli, set_options, write_corpus
+from ..helpers import (
+    CHILD_ENV,
+    CHILD_TIMEOUT_S,
+    WORDS,
+    assert_one_error_line,
+    run_cli,
+    set_options,
+    store_files,
+    write_corpus,
+)
 
 QUICK_RUN = {"train.max_steps": 2, "train.eval_every": 0, "checkpoint.save_every": 0}
 
@@ -172,16 +181,16 @@ def test_unusable_data_is_one_line_and_exit_2(
 
 
 def _cut_shard(store: Path) -> str:
-    shard = store / "train-00000.bin"
+    shard = store_files(store)[0]
     with open(shard, "r+b") as handle:
         handle.truncate(shard.stat().st_size // 3)
-    return "train-00000.bin"
+    return shard.name
 
 
 def _cut_document_index(store: Path) -> str:
-    index = store / "train.docs.npy"
+    index = store_files(store)[1]
     index.write_bytes(index.read_bytes()[:100])
-    return "train.docs.npy"
+    return index.name
 
 
 def _remove_marker(store: Path) -> str:
@@ -223,7 +232,7 @@ def test_a_store_cut_short_is_detected_and_rebuilt(damage: str, tmp_path: Path, 
     options = prepare(tmp_path)
     assert run_cli(capsys, "tokenize", *options)[0] == 0
     store = tmp_path / "tokens"
-    intact = np.fromfile(store / "train-00000.bin", dtype=np.uint16)
+    intact = np.fromfile(store_files(store)[0], dtype=np.uint16)
     problem = STORE_DAMAGE[damage](store)
 
     with pytest.raises(UserError, match=problem):  # the reader never serves a damaged store

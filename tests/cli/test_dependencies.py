@@ -14,7 +14,12 @@ tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
 
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-DISTRIBUTION = {"yaml": "pyyaml", "huggingface_hub": "huggingface-hub", "mlflow": "mlflow-skinny"}  # import -> pip
+DISTRIBUTION = {  # import -> pip
+    "yaml": "pyyaml",
+    "huggingface_hub": "huggingface-hub",
+    "mlflow": "mlflow-skinny",
+    "snappy": "python-snappy",
+}
 
 
 def requirement_names(requirements: list[str]) -> set[str]:

@@ -60,7 +60,8 @@ def test_txt_one_document_per_line_skips_and_counts_empty_lines(tmp_path):
     path = write(tmp_path / "a.txt", "first doc\r\nsecond doc\n\n   \nthird\n")
     corpus = Corpus(str(path))
     assert list(corpus) == ["first doc", "second doc", "third"]
-    assert corpus.stats == CorpusStats(documents=3, bytes=len("first docsecond docthird"), skipped_empty=2)
+    size = path.stat().st_size  # input read: the whole file, line ends and blank lines included
+    assert corpus.stats == CorpusStats(3, len("first docsecond docthird"), skipped_empty=2, input_bytes=size)
 
 
 def test_txt_paragraph_mode_joins_lines_of_a_paragraph(tmp_path):
@@ -220,7 +221,7 @@ def test_stats_are_reset_for_each_pass(tmp_path):
     corpus = Corpus(str(write(tmp_path / "a.txt", "one\n\ntwo\n")))
     list(corpus)
     list(corpus)
-    assert corpus.stats == CorpusStats(documents=2, bytes=6, skipped_empty=1)
+    assert corpus.stats == CorpusStats(documents=2, bytes=6, skipped_empty=1, input_bytes=9)
 
 
 def test_invalid_utf8_is_replaced_and_counted(tmp_path):

@@ -14,7 +14,7 @@ from mlmtrain.data.store import COMPLETE, TokenStore, ids_dtype, tokenize_corpus
 from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
 from mlmtrain.errors import UserError
 
-from ..helpers import copy_corpus, tiny_overrides, write_corpus
+from ..helpers import copy_corpus, store_files, tiny_overrides, write_corpus
 
 
 def test_store_holds_every_document_with_sep(tiny_data: Path) -> None:
@@ -61,7 +61,7 @@ def test_changed_corpus_rebuilds_the_store(tiny_data: Path, tmp_path: Path) -> N
 def test_store_without_marker_or_with_short_shard_is_refused(tiny_data: Path, tmp_path: Path) -> None:
     store = tmp_path / "tokens"
     shutil.copytree(tiny_data / "tokens", store)
-    shard = store / json.loads((store / "meta.json").read_text())["splits"]["train"]["shards"][0]["file"]
+    shard = store_files(store)[0]
     with open(shard, "r+b") as handle:
         handle.truncate(shard.stat().st_size // 2)
     with pytest.raises(UserError, match="damaged"):

@@ -13,7 +13,7 @@ from mlmtrain.config import load_config
 from mlmtrain.data.store import tokenize_corpus
 from mlmtrain.train.loop import pretrain
 
-from ..helpers import tiny_overrides, write_corpus
+from ..helpers import store_files, tiny_overrides, write_corpus
 
 
 @pytest.fixture
@@ -38,9 +38,10 @@ def test_every_store_shard_and_the_marker_are_flushed(tmp_path: Path, synced: li
     cfg = load_config(None, tiny_overrides(tmp_path, **{"train.run_dir": str(tmp_path / "run")}))
     store = tokenize_corpus(cfg, quiet=True)
     shards = sorted(p.name for p in store.glob("*.bin"))
-    assert len([s for s in shards if s.startswith("train-")]) > 1
+    train_shard, train_index = store_files(store)
+    assert len([s for s in shards if s.startswith(train_shard.name[:-9])]) > 1
     flushed_names = {Path(p).name for p in synced}
-    for name in [*shards, "meta.json", "train.docs.npy", "validation.docs.npy", "COMPLETE"]:
+    for name in [*shards, "meta.json", train_index.name, store_files(store, "validation")[1].name, "COMPLETE"]:
         assert name in flushed_names, name
     # the marker is flushed after the files, and the folder holding the renamed store after the marker
     marker = max(i for i, p in enumerate(synced) if p.endswith("/COMPLETE"))

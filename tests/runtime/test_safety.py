@@ -41,6 +41,7 @@ from ..helpers import (
     set_options,
     snapshot,
     start_pretrain,
+    store_files,
     tiny_overrides,
     wait_for,
     write_corpus,
@@ -79,10 +80,11 @@ def test_resume_with_the_store_set_to_the_run_folder_keeps_the_run(
 def test_a_store_folder_mlmtrain_wrote_is_still_rebuilt(tiny_data: Path, tmp_path: Path, capsys) -> None:
     options = set_options(tiny_data, tmp_path / "run", **{"data.store": str(tmp_path / "store")})
     assert run_cli(capsys, "tokenize", *options)[0] == 0
-    (tmp_path / "store" / "train-00000.bin").write_bytes(b"")  # damaged: must be rebuilt, not refused
+    shard = store_files(tmp_path / "store")[0]
+    shard.write_bytes(b"")  # damaged: must be rebuilt, not refused
     code, lines = run_cli(capsys, "tokenize", *options)
     assert code == 0, lines
-    assert (tmp_path / "store" / "train-00000.bin").stat().st_size > 0
+    assert shard.stat().st_size > 0
 
 
 def test_a_retrained_tokenizer_never_replaces_a_folder_with_other_files(

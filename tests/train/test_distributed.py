@@ -16,10 +16,12 @@ import pytest
 import torch
 
 from mlmtrain.config import load_config
+from mlmtrain.data.store import tokenize_corpus
 from mlmtrain.errors import UserError
 from mlmtrain.runtime.distributed import DistContext, init_distributed, on_main
 from mlmtrain.train.loop import pretrain
 
+from ..data.test_scale import data_files, generated_corpus, store_options, undated
 from ..helpers import by_step, finish_torchrun, free_port, metrics, step_losses, tiny_overrides, torchrun, weights
 
 # Dropout draws differ per rank, so only a dropout-free model can match a single process step for step.
@@ -57,6 +59,26 @@ def test_two_processes_match_one_process_with_the_whole_batch(two_process_run, t
     assert losses(two) == pytest.approx(losses(tmp_path / "one"), rel=1e-5)
     # metrics are the whole job's: the token count covers both ranks' blocks
     assert [m["tokens"] for m in train_lines(two)] == [step * 8 * 32 for step in range(1, 11)]
+
+
+@pytest.mark.slow
+def test_two_processes_tokenize_the_store_one_process_writes_byte_for_byte(tiny_data: Path, tmp_path: Path) -> None:
+    """Each process encodes its groups of chunks and process 0 writes them in order: no shared part files, no merge,
+    and the same bytes as one process writes."""
+    generated_corpus(tmp_path / "train.txt", 20000)  # 3 groups of 8 chunks: process 0 encodes two, process 1 one
+    generated_corpus(tmp_path / "valid.txt", 300, seed=1)
+    stores = {}
+    for processes in (1, 2):
+        options = store_options(tmp_path, tiny_data, str(processes), **{"data.tokenize_workers": 1})
+        if processes == 1:
+            stores[1] = tokenize_corpus(load_config(None, options), quiet=True)
+        else:
+            output = finish_torchrun(torchrun(tiny_data, tmp_path / "run", options=options, command_name="tokenize"))
+            assert "1 worker x 2 processes" in output, output[-3000:]
+            stores[2] = tmp_path / "store-2"
+    files = {count: data_files(folder) for count, folder in stores.items()}
+    metas = {count: undated(files[count].pop("meta.json")) for count in (1, 2)}
+    assert files[1] == files[2] and metas[1] == metas[2]
 
 
 @pytest.mark.slow

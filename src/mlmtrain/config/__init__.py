@@ -36,6 +36,7 @@ from mlmtrain.config.model import DistillConfig, ElectraConfig, ModelConfig
 from mlmtrain.config.outputs import ProbeConfig, ReportConfig
 from mlmtrain.config.phases import PHASE_KEYS, PhaseConfig
 from mlmtrain.config.published import (
+    MDS_PREFIX,
     PATH_KEYS,
     local_name,
     looks_like_path,
@@ -58,6 +59,7 @@ from mlmtrain.config.schema import (
     yaml_value,
 )
 from mlmtrain.config.training import CheckpointConfig, OptimConfig, TrainConfig
+from mlmtrain.config.urls import cached_copy, default_cache_dir, is_remote, local_path, url_scheme
 
 __all__ = [
     "LARGEST_INT",
@@ -93,6 +95,12 @@ __all__ = [
     "load_config",
     "local_name",
     "looks_like_path",
+    "MDS_PREFIX",
+    "cached_copy",
+    "default_cache_dir",
+    "is_remote",
+    "local_path",
+    "url_scheme",
     "names_hub_repository",
     "other_objectives_sections",
     "phase_configs",

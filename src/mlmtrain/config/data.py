@@ -4,17 +4,20 @@ encodes it, and how a block's tokens are selected for prediction."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Union
 
-from mlmtrain.config.fields import SOME_SOURCE, Source, at_least, quiet, require, trains, within
+from mlmtrain.config.fields import SOME_SOURCE, Source, above, at_least, quiet, require, trains, within
+from mlmtrain.config.urls import default_cache_dir, local_path
 
 
 @dataclass
 class DataConfig:
     train: Source = trains(
         "builtin:python-docs",
-        "training text: a path, glob or list of them (.txt .jsonl .json .parquet .csv), "
-        "'builtin:python-docs', 'builtin:python-docstrings', or 'hf:NAME[/CONFIG]:SPLIT'",
+        "training text: a path, glob, folder or URL (s3://, gs://, hf://, file://) or a list of them (.txt .jsonl "
+        ".json .parquet .csv), 'mds:PATH_OR_URL' (a MosaicML Streaming dataset), 'builtin:python-docs', "
+        "'builtin:python-docstrings', or 'hf:NAME[/CONFIG]:SPLIT'",
         check=SOME_SOURCE,
         path="local",
     )
@@ -43,7 +46,28 @@ class DataConfig:
         "where the run can, else packed",
     )
     store: Union[str, None] = quiet(
-        None, "token store folder written by `tokenize`; null: <run_dir>/tokens", path="local"
+        None,
+        "token store folder written by `tokenize`, or a URL (s3://, gs://, hf://) read through data.cache_dir; "
+        "null: <run_dir>/tokens",
+        path="local",
+    )
+    tokenize_workers: Union[int, None] = quiet(
+        None,
+        "processes that encode the corpus, one tokenizer each (the store is the same whatever the count); null: the "
+        "cores this process may use (under torchrun, shared among the machine's processes)",
+        check=at_least(1),
+    )
+    cache_dir: Union[str, None] = quiet(
+        None,
+        "local folder that keeps copies of remote stores, tokenizers and MDS shards; null: $XDG_CACHE_HOME/mlmtrain "
+        "(~/.cache/mlmtrain)",
+        path="local",
+    )
+    cache_max_gb: float = quiet(
+        100.0,
+        "size bound of data.cache_dir in GB: the least recently used copies not needed now are evicted to stay under "
+        "it",
+        check=above(0),
     )
     use_store: bool = trains(
         True, "read pre-tokenized blocks from the store; false: tokenize a live stream in the loader workers"
@@ -53,12 +77,17 @@ class DataConfig:
         10000, "blocks held for shuffling a live stream (the store shuffles exactly)", check=at_least(1)
     )
 
+    def cache_folder(self) -> Path:
+        """Where copies of remote stores, tokenizers and MDS shards are kept (cache_dir, or the user's cache)."""
+        return Path(local_path(self.cache_dir)).expanduser() if self.cache_dir else default_cache_dir()
+
 
 @dataclass
 class TokenizerConfig:
     path: Union[str, None] = quiet(
         None,
-        "tokenizer folder (written by `tokenize`, read by `pretrain`); null: <run_dir>/tokenizer",
+        "tokenizer folder (written by `tokenize`, read by `pretrain`), or a URL read through data.cache_dir; null: "
+        "<run_dir>/tokenizer",
         path="local",
     )
     pretrained: Union[str, None] = trains(
@@ -80,6 +109,12 @@ class TokenizerConfig:
         "at most this many distinct characters in the initial alphabet (wordpiece; refused with bpe, which starts "
         "from the 256 bytes)",
         check=at_least(1),
+    )
+    train_sample_bytes: int = trains(
+        1_000_000_000,
+        "at most this many bytes of text train the tokenizer, each input file giving its share from its start (the "
+        "whole corpus is still encoded)",
+        check=at_least(1_000),
     )
     extend_vocab: int = trains(
         0,

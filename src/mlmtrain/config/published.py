@@ -10,6 +10,8 @@ from typing import Any, Union
 import yaml
 
 from mlmtrain.config.schema import SECTIONS, Config, section_fields
+from mlmtrain.config.urls import is_remote
+from mlmtrain.errors import redact
 
 # the keys that may name a local file, folder or glob (each field's `path`); True for those that may name a Hub
 # repository instead
@@ -20,6 +22,7 @@ PATH_KEYS: dict[str, bool] = {
     if found.metadata["path"]
 }
 _NAMED_SOURCES = ("builtin:", "hf:")  # sources named by mlmtrain or the Hub, not by a path
+MDS_PREFIX = "mds:"  # data.train: mds:PATH_OR_URL, a MosaicML Streaming dataset
 
 
 def looks_like_path(name: str) -> bool:
@@ -50,6 +53,10 @@ def published_value(key: str, value: Any, hub: Union[bool, None] = None) -> Any:
         return [published_value(key, entry, hub) for entry in value]
     if not isinstance(value, str) or value.startswith(_NAMED_SOURCES):
         return value
+    if value.startswith(MDS_PREFIX):  # a MosaicML Streaming dataset: its folder or URL, published as either is
+        return MDS_PREFIX + published_value(key, value.removeprefix(MDS_PREFIX), hub=False)
+    if is_remote(value):  # a URL names the same data on every machine: kept, its credentials never
+        return redact(value)
     on_hub = PATH_KEYS[key] and (names_hub_repository(value) if hub is None else hub)
     return value if on_hub else local_name(value)
 

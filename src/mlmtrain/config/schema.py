@@ -7,7 +7,7 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Union
 
 import yaml
 
@@ -17,6 +17,7 @@ from mlmtrain.config.model import DistillConfig, ElectraConfig, ModelConfig
 from mlmtrain.config.outputs import ProbeConfig, ReportConfig
 from mlmtrain.config.phases import PhaseConfig
 from mlmtrain.config.training import CheckpointConfig, OptimConfig, TrainConfig
+from mlmtrain.config.urls import cached_copy, is_remote, local_path
 
 
 @dataclass
@@ -154,12 +155,24 @@ class Config:
         )
 
     @property
+    def cache_dir(self) -> Path:
+        """Where copies of remote stores, tokenizers and MDS shards are kept (data.cache_dir)."""
+        return self.data.cache_folder()
+
+    @property
     def tokenizer_dir(self) -> Path:
-        return Path(self.tokenizer.path) if self.tokenizer.path else Path(self.train.run_dir) / "tokenizer"
+        """The local tokenizer folder: tokenizer.path, its copy in the cache when it is a URL, or the run's own."""
+        return self._local_folder(self.tokenizer.path, "tokenizer")
 
     @property
     def store_dir(self) -> Path:
-        return Path(self.data.store) if self.data.store else Path(self.train.run_dir) / "tokens"
+        """The local token store folder: data.store, its copy in the cache when it is a URL, or the run's own."""
+        return self._local_folder(self.data.store, "tokens")
+
+    def _local_folder(self, value: Union[str, None], in_run_dir: str) -> Path:
+        if not value:
+            return Path(self.train.run_dir) / in_run_dir
+        return cached_copy(self.cache_dir, value) if is_remote(value) else Path(local_path(value))
 
     def to_dict(self) -> dict[str, Any]:
         tree = dataclasses.asdict(self)

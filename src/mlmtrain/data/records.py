@@ -14,8 +14,10 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Optional, Protocol
+from typing import Any, BinaryIO, NamedTuple, Optional, Protocol, Union
 
+from mlmtrain.config import is_remote
+from mlmtrain.data.remote import open_remote
 from mlmtrain.errors import UserError, first_line
 
 _JSON_READ_CHARS = 1 << 16  # text read at a time into the incremental parser of a .json array
@@ -28,6 +30,12 @@ class Utf8Count(Protocol):
     """Where lines with undecodable bytes are counted."""
 
     invalid_utf8_lines: int
+
+
+class InputCount(Protocol):
+    """Where the bytes of input read so far are counted (a file's bytes as they lie, uncompressed): progress."""
+
+    input_bytes: int
 
 
 class Record(NamedTuple):
@@ -47,6 +55,7 @@ class Reading:
     what the error about it tells the user to do. utf8: count lines with undecodable bytes there, read with U+FFFD
     in their place; None refuses them. wide_rows: a csv row with more values than its header is read, the extra ones
     under the key None as csv.DictReader files them; False refuses it. compressed: the file is gzip-compressed.
+    progress: count the bytes read there.
     """
 
     topic: str
@@ -55,6 +64,7 @@ class Reading:
     utf8: Optional[Utf8Count] = None
     wide_rows: bool = True
     compressed: bool = False
+    progress: Optional[InputCount] = None
 
     def error(self, message: str) -> UserError:
         return UserError(self.topic, message)
@@ -81,11 +91,22 @@ def _decoded(raw: bytes, where: str, reading: Reading) -> str:
         return raw.decode("utf-8", errors="replace")
 
 
+def open_input(path: Union[Path, str]) -> BinaryIO:
+    """A file opened for reading bytes: a local path, or a remote file's URL through fsspec (remote.py)."""
+    if isinstance(path, str) and is_remote(path):
+        return open_remote(path)
+    return open(path, "rb")
+
+
 def read_lines(path: Path, reading: Reading) -> Iterator[str]:
-    """Decoded lines (line end kept), read one at a time; a byte-order mark at the start is dropped."""
+    """Decoded lines (line end kept), read one at a time; a byte-order mark at the start is dropped. `path` may be
+    a remote file's URL (remote.py)."""
     try:
-        with gzip.open(path, "rb") if reading.compressed else open(path, "rb") as handle:
+        with open_input(path) as raw_handle:
+            handle = gzip.GzipFile(fileobj=raw_handle) if reading.compressed else raw_handle
             for number, raw in enumerate(_split_lone_returns(handle), 1):
+                if reading.progress is not None:
+                    reading.progress.input_bytes += len(raw)
                 line = _decoded(raw, f"{path}:{number}", reading)
                 if number == 1 and line.startswith("\ufeff"):
                     line = line[1:]  # byte-order mark written by some Windows editors
@@ -232,18 +253,27 @@ def _parquet_records(path: Path, reading: Reading) -> Iterator[Record]:
     import pyarrow.parquet as pq  # imported here: only parquet files pay for it
 
     try:
-        parquet = pq.ParquetFile(path)
-        columns = parquet.schema_arrow.names
-        if reading.field is not None and reading.field not in columns:
-            raise _missing_column(path, columns, reading)
-        wanted = None if reading.field is None else [reading.field]
-        rows = itertools.count(1)
-        # One record batch at a time (pyarrow decodes a row group at most), of the wanted columns only.
-        for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=wanted):
-            for fields in batch.to_pylist():
-                yield Record(f"{path} row {next(rows)}", fields)
+        with open_input(path) as handle:
+            size = handle.seek(0, 2)  # the file's bytes on disk: progress counts a row's share of them
+            handle.seek(0)
+            yield from _parquet_rows(pq.ParquetFile(handle), size, path, reading)
     except (OSError, ValueError) as error:  # ArrowInvalid is a ValueError: not a parquet file, corrupt pages
         raise reading.error(f"cannot read {path} as parquet: {first_line(error)}; check the file") from None
+
+
+def _parquet_rows(parquet: Any, size: int, path: Path, reading: Reading) -> Iterator[Record]:
+    columns = parquet.schema_arrow.names
+    if reading.field is not None and reading.field not in columns:
+        raise _missing_column(path, columns, reading)
+    wanted = None if reading.field is None else [reading.field]
+    rows = itertools.count(1)
+    total_rows = max(parquet.metadata.num_rows, 1)
+    # One record batch at a time (pyarrow decodes a row group at most), of the wanted columns only.
+    for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=wanted):
+        if reading.progress is not None:
+            reading.progress.input_bytes += size * batch.num_rows // total_rows
+        for fields in batch.to_pylist():
+            yield Record(f"{path} row {next(rows)}", fields)
 
 
 def read_records(path: Path, kind: str, reading: Reading) -> Iterator[Record]:

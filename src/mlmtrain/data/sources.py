@@ -1,6 +1,8 @@
-"""Where training text comes from: local files (.txt .jsonl .json .parquet .csv, globs, folders), Python's own
-documentation (`builtin:python-docs`) or a datasets hub name (`hf:NAME[/CONFIG]:SPLIT`), all streamed document by
-document so memory stays bounded whatever the corpus size; plus the deterministic train/validation split by document.
+"""Where training text comes from: local or remote files (.txt .jsonl .json .parquet .csv, globs, folders; URLs read
+through fsspec), a MosaicML Streaming dataset (`mds:PATH_OR_URL`), Python's own documentation
+(`builtin:python-docs`) or a datasets hub name (`hf:NAME[/CONFIG]:SPLIT`), all streamed document by document so
+memory stays bounded whatever the corpus size; plus the deterministic train/validation split by document and the
+bounded sample a tokenizer trains on.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import sysconfig
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
-from mlmtrain.config import DataConfig
+from mlmtrain.config import MDS_PREFIX, DataConfig, default_cache_dir, is_remote, local_path
+from mlmtrain.data.mds import mds_size, mds_texts, read_index, remote_identity
 from mlmtrain.data.records import Reading, read_lines, read_records
-from mlmtrain.errors import UserError, first_line
+from mlmtrain.data.remote import Cache, RemoteFile, list_files
+from mlmtrain.errors import UserError, first_line, redact
 from mlmtrain.runtime.hub import hub_unreachable
 
 Spec = Union[str, list[str]]
@@ -44,12 +48,13 @@ _TEXT_FIELD_FIX = "set data.text_field to one of them"
 @dataclass
 class CorpusStats:
     """Counts of one pass over a corpus: documents and UTF-8 bytes yielded, lines with undecodable bytes (read with
-    U+FFFD in their place), empty or whitespace-only documents skipped."""
+    U+FFFD in their place), empty or whitespace-only documents skipped, bytes of input read."""
 
     documents: int = 0
     bytes: int = 0
     invalid_utf8_lines: int = 0
     skipped_empty: int = 0
+    input_bytes: int = 0  # of the input read so far, as its files lie (progress against Corpus.input_size)
 
 
 def _data_error(message: str) -> UserError:
@@ -95,14 +100,17 @@ def _paragraphs(lines: Iterable[str]) -> Iterator[str]:
 
 @dataclass(frozen=True)
 class _File:
-    path: Path
+    path: Union[Path, str]  # a URL for a remote file
     kind: str
     compressed: bool
     text_field: str
     txt_documents: str
+    remote: Optional[RemoteFile] = None
 
     def texts(self, stats: CorpusStats) -> Iterator[str]:
-        reading = Reading("data", self.text_field, _TEXT_FIELD_FIX, utf8=stats, compressed=self.compressed)
+        reading = Reading(
+            "data", self.text_field, _TEXT_FIELD_FIX, utf8=stats, compressed=self.compressed, progress=stats
+        )
         if self.kind == "txt":
             lines = read_lines(self.path, reading)
             if self.txt_documents == "paragraph":
@@ -115,9 +123,25 @@ class _File:
             yield "" if record.fields is None else _text_value(record.fields[field], field, record.where)
 
     def identity(self) -> dict[str, Any]:
-        info = self.path.stat()
         options = self.txt_documents if self.kind == "txt" else self.text_field
-        return {"file": str(self.path.resolve()), "size": info.st_size, "mtime_ns": info.st_mtime_ns, "opt": options}
+        if self.remote is not None:
+            return {"url": redact(self.remote.url), "size": self.remote.size, "version": self.remote.version,
+                    "opt": options}  # fmt: skip
+        info = Path(self.path).stat()
+        return {"file": str(Path(self.path).resolve()), "size": info.st_size, "mtime_ns": info.st_mtime_ns,
+                "opt": options}  # fmt: skip
+
+    def size(self) -> int:
+        """Its bytes as they lie (compressed for .gz)."""
+        return self.remote.size if self.remote is not None else Path(self.path).stat().st_size
+
+    def input_size(self) -> int:
+        """The bytes its reader counts: a local .gz file's uncompressed size (from its trailer), else its size."""
+        if not self.compressed or self.remote is not None:
+            return self.size()
+        with open(self.path, "rb") as handle:
+            handle.seek(-4, os.SEEK_END)
+            return max(int.from_bytes(handle.read(4), "little"), self.size())  # the trailer keeps size mod 4 GiB
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,6 +232,9 @@ class _Builtin:
         # The text changes with the Python release.
         return {"builtin": self.name, "python": ".".join(map(str, sys.version_info[:3])), "format": _BUILTIN_FORMAT}
 
+    def input_size(self) -> Optional[int]:
+        return None  # known only once read
+
     def describe(self) -> str:
         what = _BUILTIN_SOURCES[self.name][1]
         return f"builtin:{self.name} ({what} of Python {sys.version_info[0]}.{sys.version_info[1]})"
@@ -253,8 +280,36 @@ class _Hub:
     def identity(self) -> dict[str, Any]:
         return {"hub": self.name, "config": self.config, "split": self.split, "opt": self.text_field}
 
+    def input_size(self) -> Optional[int]:
+        return None  # a stream: its size is not known ahead
+
     def describe(self) -> str:
         return f"hub dataset {self.label}"
+
+
+@dataclass(frozen=True)
+class _Mds:
+    """A MosaicML Streaming dataset (mds:PATH_OR_URL): its text column, shard by shard (mds.py)."""
+
+    location: str
+    text_field: str
+    cache: Cache
+
+    def texts(self, stats: CorpusStats) -> Iterator[str]:
+        return mds_texts(self.location, self.text_field, self.cache, stats)
+
+    def identity(self) -> dict[str, Any]:
+        if is_remote(self.location):
+            return {"mds": redact(self.location), "version": remote_identity(self.location), "opt": self.text_field}
+        index = Path(local_path(self.location)).expanduser() / "index.json"
+        info = index.stat() if index.is_file() else None
+        return {"mds": str(index.parent.resolve()), "mtime_ns": info and info.st_mtime_ns, "opt": self.text_field}
+
+    def input_size(self) -> int:
+        return mds_size(self.location, self.text_field)
+
+    def describe(self) -> str:
+        return f"MDS dataset {redact(self.location)}"
 
 
 def parse_hub_spec(spec: str, key: str = "data.train") -> tuple[str, Union[str, None], str]:
@@ -294,6 +349,22 @@ def _file_source(path: Path, key: str, text_field: str, txt_documents: str) -> _
     return _File(path, *kind, text_field, txt_documents)
 
 
+_SUPPORTED_NAME = re.compile(r"\.(?:txt|jsonl|json|parquet|csv)(?:\.gz)?$")
+
+
+def _remote_sources(entry: str, key: str, text_field: str, txt_documents: str) -> list[_File]:
+    """The files a URL names (a file, a glob, or a folder's supported files), read through fsspec."""
+    sources = []
+    for found in list_files(entry, key, _SUPPORTED_NAME):
+        kind = _kind(Path(found.url.rsplit("/", 1)[-1]))
+        if kind is None:
+            raise _data_error(
+                f"{key}: {redact(found.url)} has an unsupported extension; use one of {SUPPORTED_SUFFIXES}"
+            )
+        sources.append(_File(found.url, *kind, text_field, txt_documents, remote=found))
+    return sources
+
+
 def _folder_files(folder: Path, key: str) -> list[Path]:
     """The supported files in a folder and its subfolders, sorted; hidden files and folders are left out."""
     files = []
@@ -304,6 +375,9 @@ def _folder_files(folder: Path, key: str) -> list[Path]:
     if not files:
         raise _data_error(f"{key}: folder {folder} holds no {SUPPORTED_SUFFIXES} files; check the path")
     return files
+
+
+Source = Union["_File", "_Builtin", "_Hub", "_Mds"]
 
 
 def _entry_paths(entry: str, key: str) -> list[Path]:
@@ -320,13 +394,19 @@ def _entry_paths(entry: str, key: str) -> list[Path]:
     raise _data_error(f"{key}: file {entry} does not exist; check the path")
 
 
-def _resolve(spec: Spec, key: str, text_field: str, txt_documents: str) -> list[Union[_File, _Builtin, _Hub]]:
+def _resolve(spec: Spec, key: str, text_field: str, txt_documents: str, cache: Cache) -> list[Source]:
     entries = [spec] if isinstance(spec, str) else list(spec)
     if not entries or not all(isinstance(entry, str) and entry.strip() for entry in entries):
         raise _data_error(f"{key} names no source; give a path, glob, builtin:python-docs or hf:NAME:SPLIT")
-    sources: list[Union[_File, _Builtin, _Hub]] = []
+    sources: list[Source] = []
     for entry in entries:
-        if entry.startswith("builtin:"):
+        if entry.startswith(MDS_PREFIX):
+            location = entry.removeprefix(MDS_PREFIX)
+            read_index(location, text_field)  # a dataset without index.json or a text column fails now
+            sources.append(_Mds(location, text_field, cache))
+        elif is_remote(entry):
+            sources.extend(_remote_sources(entry, key, text_field, txt_documents))
+        elif entry.startswith("builtin:"):
             name = entry.removeprefix("builtin:")
             if name not in _BUILTIN_SOURCES:
                 known = ", ".join(_BUILTIN_SOURCES)
@@ -335,7 +415,8 @@ def _resolve(spec: Spec, key: str, text_field: str, txt_documents: str) -> list[
         elif entry.startswith("hf:"):
             sources.append(_Hub(*parse_hub_spec(entry, key), text_field))
         else:
-            sources.extend(_file_source(p, key, text_field, txt_documents) for p in _entry_paths(entry, key))
+            paths = _entry_paths(local_path(entry), key)
+            sources.extend(_file_source(p, key, text_field, txt_documents) for p in paths)
     return sources
 
 
@@ -363,6 +444,7 @@ class Corpus:
         holdout_fraction: float = 0.0,
         keep: str = "all",
         key: str = "data.train",
+        cache: Optional[Cache] = None,
     ) -> None:
         if keep not in ("all", "train", "validation"):
             raise ValueError(f"keep must be 'all', 'train' or 'validation', not {keep!r}")
@@ -375,11 +457,14 @@ class Corpus:
         self.keep = keep
         self.stats = CorpusStats()
         self._options = {"text_field": text_field, "txt_documents": txt_documents}
-        self._sources = _resolve(spec, key, text_field, txt_documents)
+        cache = cache or Cache(default_cache_dir(), DataConfig().cache_max_gb * 1e9)
+        self._sources = _resolve(spec, key, text_field, txt_documents, cache)
 
-    def _documents(self, stats: CorpusStats) -> Iterator[str]:
-        """Every non-empty document of the kept side, in source order."""
-        for source in self._sources:
+    def _documents(self, stats: CorpusStats, limits: Optional[list[float]] = None) -> Iterator[str]:
+        """Every non-empty document of the kept side, in source order; with `limits`, each source's documents until
+        their bytes reach its limit."""
+        for place, source in enumerate(self._sources):
+            taken = 0
             for text in source.texts(stats):
                 if not text.strip():
                     stats.skipped_empty += 1
@@ -387,14 +472,36 @@ class Corpus:
                 if self.keep != "all" and _in_validation(text, self.holdout_fraction) != (self.keep == "validation"):
                     continue
                 yield text
+                if limits is not None:
+                    taken += len(text.encode("utf-8"))
+                    if taken >= limits[place]:
+                        break
 
-    def _shard(self, index: int, count: int) -> Iterator[str]:
+    def _shard(self, index: int, count: int, limits: Optional[list[float]] = None) -> Iterator[str]:
         stats = self.stats = CorpusStats()  # a fresh count for each pass
-        for number, text in enumerate(self._documents(stats)):
+        for number, text in enumerate(self._documents(stats, limits)):
             if number % count == index:
                 stats.documents += 1
                 stats.bytes += len(text.encode("utf-8"))
                 yield text
+
+    def sample(self, budget: int) -> Iterator[str]:
+        """About `budget` bytes of documents to train a tokenizer on: each source gives its share from its start, a
+        share in proportion to its size where every size is known, else an equal share; all of a smaller corpus."""
+        sizes = [source.size() if isinstance(source, _File) else None for source in self._sources]
+        known = [size for size in sizes if size is not None]
+        if len(known) == len(sizes) and sum(known) <= budget:
+            return self._shard(0, 1)
+        if len(known) == len(sizes):
+            total = max(sum(known), 1)
+            return self._shard(0, 1, [budget * size / total for size in known])
+        return self._shard(0, 1, [budget / len(sizes)] * len(sizes))
+
+    def input_size(self) -> Optional[int]:
+        """The bytes of input one pass reads (its files as they lie, a .gz file uncompressed); None where a source's
+        size is not known ahead (builtin, hub)."""
+        sizes = [source.input_size() for source in self._sources]
+        return None if None in sizes else sum(sizes)
 
     def __iter__(self) -> Iterator[str]:
         return self._shard(0, 1)
@@ -411,8 +518,8 @@ class Corpus:
         parts = []
         files = [s for s in self._sources if isinstance(s, _File)]
         if files:
-            size = sum(f.path.stat().st_size for f in files)
-            names = ", ".join(str(f.path) for f in files[:3])
+            size = sum(f.size() for f in files)
+            names = ", ".join(redact(str(f.path)) for f in files[:3])
             if len(files) > 3:
                 names += f" and {len(files) - 3} more"
             parts.append(f"{len(files)} file{'s' if len(files) > 1 else ''} ({_human_size(size)}): {names}")
@@ -437,9 +544,14 @@ class Corpus:
         return hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
 
+def data_cache(data: DataConfig) -> Cache:
+    """The cache of remote copies that the data section names (data.cache_dir, data.cache_max_gb)."""
+    return Cache(data.cache_folder(), data.cache_max_gb * 1e9)
+
+
 def open_corpus(spec: Spec, data: DataConfig, key: str = "--data") -> Corpus:
-    """All documents of a source, read with the data section's text_field and txt_documents."""
-    return Corpus(spec, text_field=data.text_field, txt_documents=data.txt_documents, key=key)
+    """All documents of a source, read with the data section's text_field, txt_documents and cache."""
+    return Corpus(spec, text_field=data.text_field, txt_documents=data.txt_documents, key=key, cache=data_cache(data))
 
 
 def corpus_splits(data: DataConfig) -> tuple[Corpus, Corpus]:
@@ -452,7 +564,8 @@ def corpus_splits(data: DataConfig) -> tuple[Corpus, Corpus]:
             "data.validation is null and data.validation_fraction is 0, so there is no validation text; "
             "set data.validation to a source or data.validation_fraction to e.g. 0.05"
         )
-    options = {"text_field": data.text_field, "txt_documents": data.txt_documents, "key": "data.train"}
+    options = {"text_field": data.text_field, "txt_documents": data.txt_documents, "key": "data.train",
+               "cache": data_cache(data)}  # fmt: skip
     return (
         Corpus(data.train, holdout_fraction=data.validation_fraction, keep="train", **options),
         Corpus(data.train, holdout_fraction=data.validation_fraction, keep="validation", **options),

@@ -1,10 +1,12 @@
 """The encoded-token store that `mlmtrain tokenize` writes once and `pretrain` reads many times.
 
-Layout of a store folder: `meta.json` (format, tokenizer fingerprint, per-split counts and shards),
-`<split>-NNNNN.bin` (raw token ids, uint16 when the vocabulary fits, else uint32; every document is
-followed by [SEP], so a packed block is one contiguous slice), `<split>.docs.npy` (int64 end offset of
-each document) and `COMPLETE`, written last. A folder without `COMPLETE` is never read; a store is
-built in a temporary folder and renamed into place, so a killed `tokenize` leaves nothing half-done.
+Layout of a store folder: each source's tokens are a unit named after the source's fingerprint, `src-<16 hex>`:
+`<unit>-NNNNN.bin` (raw token ids, uint16 when the vocabulary fits, else uint32; every document is followed by
+[SEP], so a packed block is one contiguous slice), `<unit>.docs.npy` (int64 end offset of each document) and
+`<unit>.json` (its source, tokenizer, counts and shards). `meta.json` names the units each split reads, in order,
+with the split's counts; `COMPLETE` is written last. A folder without `COMPLETE` is never read; a store is built in
+a temporary folder and renamed into place, so a killed `tokenize` leaves nothing half-done, and a source already
+encoded by the same tokenizer is linked into the new store instead of being encoded again.
 """
 
 from __future__ import annotations
@@ -12,17 +14,22 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import struct
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
-from mlmtrain.config import Config, save_config
-from mlmtrain.data.sources import corpus_splits
+from mlmtrain.config import Config, field_default, is_remote, save_config
+from mlmtrain.data.encoding import EncodedChunk, EncoderSpec, worker_count
+from mlmtrain.data.remote import join, push_folder, read_remote_text, remote_folder_of_ours, same_files
+from mlmtrain.data.shares import Share
+from mlmtrain.data.sources import corpus_splits, data_cache
 from mlmtrain.data.tokenizer import (
     TOKENIZER_FILES,
     TOKENIZER_KINDS,
@@ -39,171 +46,214 @@ from mlmtrain.data.tokenizer import (
     tokenizer_record,
     train_tokenizer,
 )
-from mlmtrain.errors import UserError, first_line
+from mlmtrain.errors import UserError, first_line, redact
 from mlmtrain.readers import read_json
+from mlmtrain.runtime.distributed import DistContext, on_main
 from mlmtrain.runtime.durable import fsync_dir, fsync_tree, write_marker
 from mlmtrain.runtime.files import building, check_apart, check_replaceable, local_inputs, replace_folder
 from mlmtrain.runtime.progress import progress_bar, say
 
-STORE_FORMAT = 2  # 2: special tokens written in a document are encoded as its text (1 gave them their ids)
+STORE_FORMAT = 3  # 3: each source's tokens a unit of their own (2: one set of files per split)
 COMPLETE = "COMPLETE"
 SPLITS = ("train", "validation")
 SHARD_TOKENS = 1 << 28  # 256 Mi tokens a shard: 512 MB as uint16, small enough to copy, large enough to be few
-ENCODE_BATCH = 1000  # documents per encode_batch call (the Rust encoder runs them on all cores)
-# every name a store folder holds; meta.json is the marker of a folder mlmtrain wrote
-STORE_FILES = re.compile(r"meta\.json|COMPLETE|mlmtrain\.yaml|(?:train|validation)(?:-\d{5}\.bin|\.docs\.npy)")
+DUPLICATE_BUCKET = 1 << 22  # document digests counted at a time for exact duplicates: 32 MB of them at most
+_NPY_HEADER_BYTES = 128  # a document index's .npy header, written first with room for any count, then filled in
+# every name a store folder holds; meta.json is the marker of a folder mlmtrain wrote (format 2's names too, so an
+# older store is still recognised as mlmtrain's and replaced)
+STORE_FILES = re.compile(
+    r"meta\.json|COMPLETE|mlmtrain\.yaml|src-[0-9a-f]{16}(?:\.json|-\d{5}\.bin|\.docs\.npy|\.hashes)"
+    r"|(?:train|validation)(?:-\d{5}\.bin|\.docs\.npy)"
+)
 
 
 def ids_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.uint32)
 
 
+def unit_name(fingerprint: str) -> str:
+    """The files of one source's tokens are named after its fingerprint: `src-<16 hex>`."""
+    return f"src-{fingerprint}"
+
+
 @dataclass
-class SplitStats:
+class UnitStats:
+    """The counts of one source's tokens, as its record (`<unit>.json`) and meta.json give them."""
+
     documents: int = 0
     tokens: int = 0
     words: int = 0
     unk_tokens: int = 0
-    duplicates: int = 0  # documents whose exact text came earlier in the split
+    duplicates: int = 0  # documents whose exact text came earlier in the source
     shards: list[dict[str, Any]] = field(default_factory=list)
 
+    def add(self, other: UnitStats) -> None:
+        for name in ("documents", "tokens", "words", "unk_tokens", "duplicates"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
-class _SplitWriter:
-    """Appends encoded documents to shard files, keeping only one batch in memory."""
+    def figures(self) -> dict[str, int]:
+        """The counts a split's entry in meta.json holds (words and unknown tokens where they were counted)."""
+        counted = {"words": self.words, "unk_tokens": self.unk_tokens} if self.words else {}
+        return {"documents": self.documents, "tokens": self.tokens, "duplicates": self.duplicates, **counted}
 
-    def __init__(self, folder: Path, split: str, dtype: np.dtype) -> None:
-        self.folder, self.split, self.dtype = folder, split, dtype
-        self.stats = SplitStats()
-        self.doc_ends: list[np.ndarray] = []
-        self._file = None
+
+def _npy_header(count: int) -> bytes:
+    """The .npy (version 1.0) header of `count` int64 values, padded to _NPY_HEADER_BYTES."""
+    text = f"{{'descr': '<i8', 'fortran_order': False, 'shape': ({count},), }}"
+    text = text.ljust(_NPY_HEADER_BYTES - 10 - 1) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text.encode("latin1")
+
+
+def count_duplicates(path: Path, count: int) -> int:
+    """Documents whose 64-bit digest (in the raw uint64 file `path`) came earlier: counted a bucket of digests at a
+    time (by digest modulo the number of buckets), so memory holds DUPLICATE_BUCKET of them, not all."""
+    if count == 0:
+        return 0
+    digests = np.memmap(path, dtype=np.uint64, mode="r", shape=(count,))
+    buckets = -(-count // DUPLICATE_BUCKET)
+    if buckets == 1:
+        return count - len(np.unique(digests))
+    repeated = 0
+    for bucket in range(buckets):
+        parts = [
+            block[block % np.uint64(buckets) == bucket]
+            for block in (digests[start : start + DUPLICATE_BUCKET] for start in range(0, count, DUPLICATE_BUCKET))
+        ]
+        members = np.concatenate(parts)
+        repeated += len(members) - len(np.unique(members))
+    return repeated
+
+
+class UnitWriter:
+    """Appends encoded chunks to one source's shard files; the document index and the digests stream to disk as
+    they come, so memory holds one chunk whatever the corpus size."""
+
+    def __init__(self, folder: Path, unit: str, dtype: np.dtype) -> None:
+        self.folder, self.unit, self.dtype = folder, unit, np.dtype(dtype)
+        self.stats = UnitStats()
+        self._shard = None
         self._in_shard = 0
-
-    def _close_shard(self) -> None:
-        if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())  # every shard on disk before the store is marked complete
-            self._file.close()
+        self._docs = open(folder / f"{unit}.docs.npy", "wb")
+        self._docs.write(_npy_header(0))  # rewritten with the count at close
+        self._hashes = open(folder / f"{unit}.hashes", "wb")
 
     def _open_shard(self) -> None:
         self._close_shard()
-        name = f"{self.split}-{len(self.stats.shards):05d}.bin"
-        self._file = open(self.folder / name, "wb")
+        name = f"{self.unit}-{len(self.stats.shards):05d}.bin"
+        self._shard = open(self.folder / name, "wb")
         self.stats.shards.append({"file": name, "tokens": 0})
         self._in_shard = 0
 
-    def write(self, ids: np.ndarray, lengths: np.ndarray) -> None:
-        """ids: the batch's documents (each ending in [SEP]) concatenated; lengths: their sizes."""
-        self.doc_ends.append(self.stats.tokens + np.cumsum(lengths, dtype=np.int64))
+    def _close_shard(self) -> None:
+        if self._shard is not None:
+            _flush(self._shard)  # every shard on disk before the store is marked complete
+
+    def write(self, chunk: EncodedChunk) -> None:
+        ids = chunk.ids.astype(self.dtype, copy=False)
+        (self.stats.tokens + np.cumsum(chunk.lengths, dtype=np.int64)).tofile(self._docs)
+        chunk.hashes.astype(np.uint64, copy=False).tofile(self._hashes)
         start = 0
         while start < len(ids):
-            if self._file is None or self._in_shard >= SHARD_TOKENS:
+            if self._shard is None or self._in_shard >= SHARD_TOKENS:
                 self._open_shard()
             take = min(len(ids) - start, SHARD_TOKENS - self._in_shard)
-            ids[start : start + take].astype(self.dtype, copy=False).tofile(self._file)
+            ids[start : start + take].tofile(self._shard)
             self._in_shard += take
             self.stats.shards[-1]["tokens"] += take
             start += take
-        self.stats.tokens += int(len(ids))
-        self.stats.documents += int(len(lengths))
+        self.stats.tokens += len(ids)
+        self.stats.documents += len(chunk.lengths)
+        self.stats.words += chunk.words
+        self.stats.unk_tokens += chunk.unk_tokens
 
-    def close(self) -> None:
+    def close(self, record: dict[str, Any]) -> UnitStats:
+        """Finish the files and write the unit's record (`record` plus its counts), the unit's last file."""
         self._close_shard()
-        ends = np.concatenate(self.doc_ends) if self.doc_ends else np.zeros(0, dtype=np.int64)
-        np.save(self.folder / f"{self.split}.docs.npy", ends)
+        self._docs.seek(0)
+        self._docs.write(_npy_header(self.stats.documents))
+        _flush(self._docs)
+        self._hashes.close()
+        hashes = self.folder / f"{self.unit}.hashes"
+        self.stats.duplicates = count_duplicates(hashes, self.stats.documents)
+        hashes.unlink()
+        record = {**record, **self.stats.figures(), "shards": self.stats.shards}
+        (self.folder / f"{self.unit}.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
+        return self.stats
 
 
-def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
-    batch: list[str] = []
-    for text in texts:
-        batch.append(text)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-def encode_split(
-    corpus: Iterable[str], tokenizer: Any, folder: Path, split: str, *, count_words: bool, progress: Any = None
-) -> SplitStats:
-    """Encode every document of `corpus` into `folder` with a transformers fast tokenizer: no [CLS], the tokenizer's
-    separator ([SEP], `</s>`, ...) after each. Special tokens are taken by role, not by name; written in the text,
-    they are text (`text_encoder`)."""
-    sep_id, unk_id = tokenizer.sep_token_id, tokenizer.unk_token_id
-    tokenizer = text_encoder(tokenizer)  # the Rust tokenizer: batch encoding without per-call Python overhead
-    vocab_size = tokenizer.get_vocab_size()
-    writer = _SplitWriter(folder, split, ids_dtype(vocab_size))
-    started = time.perf_counter()
-    # 8 bytes a document, as the document index itself; a 64-bit hash collision is ~1e-3 likely at 1e8 documents
-    hashes: list[np.ndarray] = []
-    for batch in _batches(corpus, ENCODE_BATCH):
-        hashes.append(np.fromiter((hash(text) for text in batch), dtype=np.int64, count=len(batch)))
-        encodings = tokenizer.encode_batch(batch, add_special_tokens=False)
-        pieces = [np.asarray(e.ids + [sep_id], dtype=np.int64) for e in encodings]
-        ids = np.concatenate(pieces)
-        writer.write(ids, np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces)))
-        if count_words:
-            writer.stats.words += sum(len(text.split()) for text in batch)
-            if unk_id is not None:  # byte-level vocabularies have no unknown token
-                writer.stats.unk_tokens += int(np.count_nonzero(ids == unk_id))
-        if progress is not None:
-            progress.update(len(batch))
-            read_mb = getattr(getattr(corpus, "stats", None), "bytes", 0) / 1e6  # a Corpus counts what it read
-            speed = read_mb / max(time.perf_counter() - started, 1e-9)
-            progress.set_postfix(tokens=f"{writer.stats.tokens:,}", MB_s=f"{speed:.1f}", refresh=False)
-    writer.close()
-    writer.stats.duplicates = writer.stats.documents - len(np.unique(np.concatenate(hashes))) if hashes else 0
-    return writer.stats
+def _flush(handle: Any) -> None:
+    handle.flush()
+    os.fsync(handle.fileno())
+    handle.close()
 
 
 # ---------------------------------------------------------------------------------------------
 # Reading
 
 
+def _damaged(folder: Path, what: str) -> UserError:
+    return UserError("data", f"token store {folder} is damaged: {what}; run `mlmtrain tokenize` again to rebuild it")
+
+
+class SourceTokens:
+    """One source's tokens in a complete store (`<unit>-NNNNN.bin`, `<unit>.docs.npy`, `<unit>.json`): the unit
+    a split concatenates, and that a store built later reuses when the source and the tokenizer are the same."""
+
+    def __init__(self, folder: Path, unit: str, dtype: np.dtype) -> None:
+        self.folder, self.unit, self.dtype = Path(folder), unit, np.dtype(dtype)
+        try:
+            self.record = read_json(self.folder / f"{unit}.json")
+        except (OSError, ValueError):
+            raise _damaged(self.folder, f"cannot read {unit}.json") from None
+        if not isinstance(self.record, dict) or not isinstance(self.record.get("shards"), list):
+            raise _damaged(self.folder, f"{unit}.json is not a record of tokens")
+        self.num_tokens = int(self.record["tokens"])
+        self.num_documents = int(self.record["documents"])
+        self.shards = [self._shard(shard) for shard in self.record["shards"]]
+        docs = self.folder / f"{unit}.docs.npy"
+        try:
+            self.doc_ends = np.load(docs, mmap_mode="r", allow_pickle=False)  # a store may come from anyone
+        except (OSError, ValueError):
+            raise _damaged(self.folder, f"cannot read {docs.name}") from None
+        if len(self.doc_ends) != self.num_documents:
+            raise _damaged(
+                self.folder, f"{docs.name} lists {len(self.doc_ends)} documents, {unit}.json {self.num_documents}"
+            )
+
+    def _shard(self, shard: dict[str, Any]) -> np.ndarray:
+        path = self.folder / shard["file"]
+        expected = int(shard["tokens"]) * self.dtype.itemsize
+        actual = path.stat().st_size if path.exists() else -1
+        if actual != expected:
+            raise _damaged(self.folder, f"{shard['file']} has {max(actual, 0)} bytes, expected {expected}")
+        return np.memmap(path, dtype=self.dtype, mode="r") if expected else np.zeros(0, dtype=self.dtype)
+
+    def files(self) -> list[str]:
+        return [f"{self.unit}.json", f"{self.unit}.docs.npy", *(shard["file"] for shard in self.record["shards"])]
+
+
 class TokenStore:
-    """Read-only view of one split of a complete store: token slices and documents, memory-mapped."""
+    """Read-only view of one split of a complete store: the tokens of its sources one after another, memory-mapped;
+    token slices and documents."""
 
     def __init__(self, folder: Path, split: str) -> None:
         self.folder = Path(folder)
         self.meta = read_meta(self.folder)
         if split not in self.meta["splits"]:
             raise UserError("data", f"token store {self.folder} has no '{split}' split; run `mlmtrain tokenize` again")
-        info = self.meta["splits"][split]
         self.split = split
         self.dtype = np.dtype(self.meta["dtype"])
-        self.num_tokens = int(info["tokens"])
-        self.num_documents = int(info["documents"])
-        self._shards: list[np.ndarray] = []
-        self._starts: list[int] = []
-        start = 0
-        for shard in info["shards"]:
-            path = self.folder / shard["file"]
-            expected = int(shard["tokens"]) * self.dtype.itemsize
-            actual = path.stat().st_size if path.exists() else -1
-            if actual != expected:
-                raise UserError(
-                    "data",
-                    f"token store {self.folder} is damaged: {shard['file']} has {max(actual, 0)} "
-                    f"bytes, expected {expected}; run `mlmtrain tokenize` again to rebuild it",
-                )
-            self._shards.append(
-                np.memmap(path, dtype=self.dtype, mode="r") if expected else np.zeros(0, dtype=self.dtype)
-            )
-            self._starts.append(start)
-            start += int(shard["tokens"])
-        docs = self.folder / f"{split}.docs.npy"
-        try:
-            self.doc_ends = np.load(docs, mmap_mode="r", allow_pickle=False)  # a store may come from anyone
-        except (OSError, ValueError):
-            raise UserError(
-                "data", f"token store {self.folder} is damaged: cannot read {docs.name}; run `mlmtrain tokenize` again"
-            ) from None
-        if len(self.doc_ends) != self.num_documents:
-            raise UserError(
-                "data",
-                f"token store {self.folder} is damaged: {docs.name} lists {len(self.doc_ends)} "
-                f"documents, meta.json {self.num_documents}; run `mlmtrain tokenize` again",
-            )
+        self.sources = [SourceTokens(self.folder, unit, self.dtype) for unit in self.meta["splits"][split]["sources"]]
+        self.num_tokens = sum(source.num_tokens for source in self.sources)
+        self.num_documents = sum(source.num_documents for source in self.sources)
+        self._shards = [shard for source in self.sources for shard in source.shards]
+        self._starts = list(np.cumsum([0] + [len(shard) for shard in self._shards[:-1]]))
+        offsets = np.cumsum([0] + [source.num_tokens for source in self.sources[:-1]])
+        if len(self.sources) == 1:
+            self.doc_ends = self.sources[0].doc_ends
+        else:  # several sources: their indexes shifted to the split's stream (issue 60's mixtures read each alone)
+            shifted = [source.doc_ends + offset for source, offset in zip(self.sources, offsets, strict=True)]
+            self.doc_ends = np.concatenate(shifted).astype(np.int64)
 
     @property
     def tokenizer_fingerprint(self) -> str:
@@ -254,8 +304,15 @@ def read_meta(folder: Path) -> dict[str, Any]:
             f"token store {folder} has format {meta.get('format')}, this mlmtrain reads "
             f"{STORE_FORMAT}; run `mlmtrain tokenize` again",
         )
-    if not isinstance(meta.get("splits"), dict) or "dtype" not in meta:  # valid JSON, but not what a store writes
+    splits = meta.get("splits")
+    if not isinstance(splits, dict) or "dtype" not in meta:  # valid JSON, but not what a store writes
         raise damaged
+    for split in splits.values():
+        units = split.get("sources") if isinstance(split, dict) else None
+        if not isinstance(units, list) or not all(
+            isinstance(u, str) and STORE_FILES.fullmatch(u + ".json") for u in units
+        ):
+            raise damaged
     return meta
 
 
@@ -272,6 +329,111 @@ def store_is_current(folder: Path, fingerprint: str, sources: dict[str, str]) ->
     return meta.get("tokenizer_fingerprint") == fingerprint and meta.get("sources") == sources
 
 
+def reusable_unit(folder: Path, unit: str, fingerprint: str, dtype: np.dtype) -> Optional[SourceTokens]:
+    """The tokens of source `unit` in the complete store at `folder`, when that tokenizer encoded them whole: a new
+    store links them in instead of encoding the source again (adding a source leaves the others as they are)."""
+    try:
+        meta = read_meta(folder)
+        source = SourceTokens(folder, unit, np.dtype(meta["dtype"]))
+    except UserError:
+        return None
+    same = source.record.get("tokenizer_fingerprint") == fingerprint and source.dtype == np.dtype(dtype)
+    return source if same else None
+
+
+def link_unit(source: SourceTokens, staging: Path) -> UnitStats:
+    """The files of `source` in `staging`, hard-linked (copied where the file system has no links)."""
+    for name in source.files():
+        try:
+            os.link(source.folder / name, staging / name)
+        except OSError:
+            shutil.copy2(source.folder / name, staging / name)
+    record = source.record
+    stats = UnitStats(shards=record["shards"])
+    for name in ("documents", "tokens", "words", "unk_tokens", "duplicates"):
+        setattr(stats, name, int(record.get(name, 0)))
+    return stats
+
+
+# ---------------------------------------------------------------------------------------------
+# Remote stores and tokenizers (data.store and tokenizer.path as URLs): copies in data.cache_dir
+
+
+@dataclass(frozen=True)
+class _RemoteFolder:
+    key: str
+    url: str
+    local: Path  # its copy in the cache, where cfg.store_dir or cfg.tokenizer_dir points
+    ours: re.Pattern
+    marker: str  # the file that says the folder is whole: fetched and uploaded last
+
+
+def _remote_store(cfg: Config) -> Optional[_RemoteFolder]:
+    if not (cfg.data.store and is_remote(cfg.data.store)):
+        return None
+    return _RemoteFolder("data.store", cfg.data.store, cfg.store_dir, STORE_FILES, COMPLETE)
+
+
+def _remote_tokenizer(cfg: Config) -> Optional[_RemoteFolder]:
+    if not (cfg.tokenizer.path and is_remote(cfg.tokenizer.path)):
+        return None
+    return _RemoteFolder("tokenizer.path", cfg.tokenizer.path, cfg.tokenizer_dir, TOKENIZER_FILES, TOKENIZER_META)
+
+
+def _fetch(cfg: Config, remote: Optional[_RemoteFolder], required: bool) -> None:
+    """The cache's copy of `remote` made current when the remote folder is whole (for a store: COMPLETE there);
+    `required`: a store that is not there is an error (pretrain reads it)."""
+    if remote is None:
+        return
+    names = remote_folder_of_ours(remote.url, remote.ours, remote.key)
+    whole = COMPLETE in names if remote.key == "data.store" else bool(names)
+    if not whole:
+        if required and remote.key == "data.store":
+            raise UserError(
+                "data",
+                f"data.store {redact(remote.url)} holds no complete token store; run `mlmtrain tokenize --config ...`",
+            )
+        return
+    cache = data_cache(cfg.data)
+    if remote.key == "data.store":  # its meta.json, which a build dates, names the store
+        local_meta = remote.local / "meta.json"
+        current = (
+            (remote.local / COMPLETE).exists()
+            and local_meta.is_file()
+            and local_meta.read_text(encoding="utf-8") == read_remote_text(join(remote.url, "meta.json"), remote.key)
+        )
+    else:
+        current = same_files(remote.url, remote.local, names, remote.key)
+    if current:
+        cache.used(remote.local)
+        return
+    say(f"{remote.key}: fetching {redact(remote.url)} into the cache ({sum(names.values()) / 1e6:,.1f} MB)")
+    cache.fetch_folder(remote.url, remote.local, names, remote.marker, remote.key)
+
+
+def _push(remote: Optional[_RemoteFolder]) -> None:
+    """Upload the local copy to `remote` unless the remote folder already holds it."""
+    if remote is None or not remote.local.is_dir():
+        return
+    local = {path.name: path.stat().st_size for path in remote.local.iterdir() if remote.ours.fullmatch(path.name)}
+    if remote.marker not in local:
+        return
+    present = remote_folder_of_ours(remote.url, remote.ours, remote.key)
+    identifying = {"meta.json": local["meta.json"]} if remote.key == "data.store" else local  # a store's is dated
+    if present == local and same_files(remote.url, remote.local, identifying, remote.key):
+        return
+    say(f"{remote.key}: uploading {remote.local} to {redact(remote.url)}")
+    push_folder(remote.local, remote.url, sorted(local), remote.marker, remote.ours, remote.key)
+
+
+def fetch_remote_copies(cfg: Config) -> None:
+    """On each machine (every process calls it; the cache's lock lets one fetch): the copies of a remote data.store
+    and tokenizer.path that pretrain reads, made current."""
+    _fetch(cfg, _remote_tokenizer(cfg), required=False)
+    if cfg.data.use_store:
+        _fetch(cfg, _remote_store(cfg), required=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # The `tokenize` command
 
@@ -279,8 +441,10 @@ def store_is_current(folder: Path, fingerprint: str, sources: dict[str, str]) ->
 def _tokenizer_settings(cfg: Config, train_fingerprint: str) -> dict[str, Any]:
     settings = asdict(cfg.tokenizer)
     settings.pop("path")
-    if settings["kind"] == "wordpiece":  # the default, unstated: the record of a folder made before tokenizer.kind
-        settings.pop("kind")
+    # the defaults, unstated: the record of a folder made before tokenizer.kind and tokenizer.train_sample_bytes
+    for key in ("kind", "train_sample_bytes"):
+        if settings[key] == field_default("tokenizer", key):
+            settings.pop(key)
     return {"corpus": train_fingerprint, "tokenizer": settings}
 
 
@@ -326,8 +490,12 @@ def prepare_tokenizer(cfg: Config, train_corpus: Any, tokenizer_source: Optional
     folder is waited for (WordPiece training is not reproducible: two would make two different tokenizers).
     """
     folder = cfg.tokenizer_dir
+    remote = _remote_tokenizer(cfg)
+    _fetch(cfg, remote, required=False)  # a remote tokenizer.path: its copy in the cache is the folder
     with building(folder, "tokenizer", "tokenizer.path", _waiting_for("the tokenizer", folder)):
-        return _prepare_tokenizer(cfg, train_corpus, tokenizer_source)
+        tokenizer = _prepare_tokenizer(cfg, train_corpus, tokenizer_source)
+    _push(remote)
+    return tokenizer
 
 
 def _waiting_for(what: str, folder: Path) -> Callable[[], None]:
@@ -351,7 +519,8 @@ def _prepare_tokenizer(cfg: Config, train_corpus: Any, tokenizer_source: Optiona
         return load_tokenizer(folder)
     if action == "extend":
         base, name = load_tokenizer(cfg.tokenizer.pretrained), cfg.tokenizer.pretrained
-        words = frequent_split_words(base, train_corpus, cfg.tokenizer.extend_vocab, name)
+        sample = train_corpus.sample(cfg.tokenizer.train_sample_bytes)
+        words = frequent_split_words(base, sample, cfg.tokenizer.extend_vocab, name)
         extend_tokenizer(base, words, folder, {**record, "added_words": words}, name)
         say(
             f"tokenizer: {name} with {len(words):,} words of the corpus added ({', '.join(words[:5])}, ...) -> {folder}"
@@ -360,7 +529,7 @@ def _prepare_tokenizer(cfg: Config, train_corpus: Any, tokenizer_source: Optiona
     if (folder / TOKENIZER_META).is_file():
         say(f"tokenizer: the corpus or tokenizer settings changed; training a new one in {folder}")
     started = time.perf_counter()
-    trained = train_tokenizer(train_corpus, cfg.tokenizer, report=say)
+    trained = train_tokenizer(train_corpus.sample(cfg.tokenizer.train_sample_bytes), cfg.tokenizer, report=say)
     save_tokenizer(trained, folder, cfg.tokenizer, model_max_length=cfg.model.max_position_embeddings, record=record)
     say(
         f"tokenizer: trained {TOKENIZER_KINDS[cfg.tokenizer.kind]}, {trained.get_vocab_size():,} tokens, in "
@@ -396,63 +565,134 @@ def check_outputs_apart(cfg: Config) -> None:
     check_apart(Path(cfg.train.run_dir), "train.run_dir", data + models, fix, topic="config", holds=False)
 
 
-def tokenize_corpus(cfg: Config, quiet: bool = False, tokenizer_source: Optional[Path] = None) -> Path:
+def tokenize_corpus(
+    cfg: Config, quiet: bool = False, tokenizer_source: Optional[Path] = None, ctx: Optional[DistContext] = None
+) -> Path:
     """`mlmtrain tokenize`: train (or reuse) the tokenizer, then encode train and validation into the store
-    (`tokenizer_source`: as for `prepare_tokenizer`)."""
+    (`tokenizer_source`: as for `prepare_tokenizer`) with data.tokenize_workers processes.
+
+    Under torchrun every process calls it with its `ctx`: process 0 prepares the tokenizer, decides what to encode
+    and writes the store; every process encodes its share of the documents (shares.py). Each returns the store."""
+    ctx = ctx or DistContext()
+    workers = worker_count(cfg.data.tokenize_workers)  # each process checks its own machine
+    share = Share(ctx)
     target = cfg.store_dir
-    # a store folder that is not ours is refused before the tokenizer is trained, and never replaced
-    check_replaceable(target, "meta.json", STORE_FILES, "data", "data.store")
-    # two runs sharing one store (a sweep) build it once: the second waits, then finds it up to date
-    with building(target, "data", "data.store", _waiting_for("the token store", target)):
-        return _tokenize_corpus(cfg, target, quiet, tokenizer_source)
+    if ctx.is_main:
+        built = on_main(ctx, lambda: _build_on_main(cfg, target, quiet, tokenizer_source, share, workers))
+        return built or target
+    try:
+        plan = share.announce(None)
+        for split, spec in plan or ():
+            share.encode(lambda split=split: corpus_splits(cfg.data)[SPLITS.index(split)], spec, workers)
+    except UserError:
+        pass  # process 0 stops on the same verdict and shares it next
+    on_main(ctx, lambda: None)
+    return target
 
 
-def _tokenize_corpus(cfg: Config, target: Path, quiet: bool, tokenizer_source: Optional[Path]) -> Path:
+def _build_on_main(
+    cfg: Config, target: Path, quiet: bool, tokenizer_source: Optional[Path], share: Share, workers: int
+) -> Path:
+    try:
+        remote = _remote_store(cfg)
+        _fetch(cfg, remote, required=False)  # its sources may be reused, and it may be current already
+        # a store folder that is not ours is refused before the tokenizer is trained, and never replaced
+        check_replaceable(target, "meta.json", STORE_FILES, "data", "data.store")
+        # two runs sharing one store (a sweep) build it once: the second waits, then finds it up to date
+        with building(target, "data", "data.store", _waiting_for("the token store", target)):
+            built = _tokenize_corpus(cfg, target, quiet, tokenizer_source, share, workers)
+        _push(remote)
+        return built
+    finally:
+        if not share.announced:  # the other processes wait to hear what to encode: nothing
+            share.announce(None)
+
+
+class _SplitProgress:
+    """Process 0's writer of one source's chunks, with its progress: MB read, tokens, MB/s, tokens/s, and the time
+    left where the input's size is known."""
+
+    def __init__(self, writer: UnitWriter, corpus: Any, bar: Any, split: str) -> None:
+        self.writer, self.corpus, self.bar, self.split = writer, corpus, bar, split
+        self.started, self.shown_mb = time.perf_counter(), 0
+
+    def write(self, chunk: EncodedChunk) -> None:
+        self.writer.write(chunk)
+        read_mb = self.corpus.stats.input_bytes // 1_000_000
+        self.bar.update(read_mb - self.shown_mb)
+        self.shown_mb = read_mb
+        seconds = max(time.perf_counter() - self.started, 1e-9)
+        tokens = self.writer.stats.tokens
+        self.bar.set_postfix(
+            tokens=f"{tokens:,}",
+            MB_s=f"{self.corpus.stats.bytes / 1e6 / seconds:.1f}",
+            tok_s=f"{tokens / seconds:,.0f}",
+        )
+
+    def finish(self) -> None:
+        if self.writer.stats.tokens == 0:
+            raise UserError(
+                "data", f"the {self.split} split is empty ({self.corpus.describe()}); point data.{self.split} at text"
+            )
+
+
+def _tokenize_corpus(
+    cfg: Config, target: Path, quiet: bool, tokenizer_source: Optional[Path], share: Share, workers: int
+) -> Path:
     started = time.perf_counter()
-    train_corpus, valid_corpus = corpus_splits(cfg.data)
-    tokenizer = prepare_tokenizer(cfg, train_corpus, tokenizer_source)
+    corpora = dict(zip(SPLITS, corpus_splits(cfg.data), strict=True))
+    tokenizer = prepare_tokenizer(cfg, corpora["train"], tokenizer_source)
     fingerprint = tokenizer_fingerprint(tokenizer)
-    sources = {"train": train_corpus.fingerprint(), "validation": valid_corpus.fingerprint()}
+    sources = {split: corpus.fingerprint() for split, corpus in corpora.items()}
     if store_is_current(target, fingerprint, sources):
         say(f"token store {target} is up to date; nothing to do")
         return target
 
-    backend = tokenizer.backend_tokenizer
-    stats: dict[str, SplitStats] = {}
-    total_bytes = 0
+    vocab_size = tokenizer.backend_tokenizer.get_vocab_size()
+    dtype = ids_dtype(vocab_size)
+    spec = EncoderSpec(text_encoder(tokenizer).to_str(), tokenizer.sep_token_id, tokenizer.unk_token_id, dtype.name)
+    units = {split: unit_name(sources[split]) for split in SPLITS}
+    # a source already encoded by this tokenizer in the store is linked in, not encoded again
+    reused = {unit: reusable_unit(target, unit, fingerprint, dtype) for unit in dict.fromkeys(units.values())}
+    to_encode = [split for split in SPLITS if reused[units[split]] is None and units[split] not in
+                 [units[earlier] for earlier in SPLITS[: SPLITS.index(split)]]]  # fmt: skip
+    stats: dict[str, UnitStats] = {}
+
+    def encode_unit(staging: Path, split: str) -> UnitStats:
+        corpus = corpora[split]
+        writer = UnitWriter(staging, units[split], dtype)
+        size = corpus.input_size()
+        total_mb = None if size is None else max(1, size // 1_000_000)
+        with progress_bar(total_mb, "MB", f"encode {split}", disable=quiet) as bar:
+            share.encode(lambda: corpus, spec, workers, _SplitProgress(writer, corpus, bar, split))
+        record = {"format": STORE_FORMAT, "source": sources[split], "description": corpus.describe()}
+        unit_stats = writer.close({**record, "tokenizer_fingerprint": fingerprint, "dtype": dtype.name})
+        if corpus.stats.invalid_utf8_lines:
+            say(f"{split}: {corpus.stats.invalid_utf8_lines:,} lines had invalid UTF-8 bytes (replaced by U+FFFD)")
+        if corpus.stats.skipped_empty:
+            say(f"{split}: {corpus.stats.skipped_empty:,} empty or whitespace-only documents skipped")
+        return unit_stats
 
     def write(staging: Path) -> None:
-        nonlocal total_bytes
-        for split, corpus in (("train", train_corpus), ("validation", valid_corpus)):
-            with progress_bar(None, "doc", f"encode {split}", disable=quiet) as bar:
-                stats[split] = encode_split(
-                    corpus, tokenizer, staging, split, count_words=split == "validation", progress=bar
-                )
-            total_bytes += corpus.stats.bytes
-            if corpus.stats.invalid_utf8_lines:
-                say(f"{split}: {corpus.stats.invalid_utf8_lines:,} lines had invalid UTF-8 bytes (replaced by U+FFFD)")
-            if corpus.stats.skipped_empty:
-                say(f"{split}: {corpus.stats.skipped_empty:,} empty or whitespace-only documents skipped")
-            if stats[split].tokens == 0:
-                raise UserError("data", f"the {split} split is empty ({corpus.describe()}); point data.{split} at text")
+        share.announce([(split, spec) for split in to_encode])
+        by_unit: dict[str, UnitStats] = {}
+        for split in SPLITS:
+            unit = units[split]
+            if unit not in by_unit:
+                kept = reused[unit]
+                by_unit[unit] = encode_unit(staging, split) if kept is None else link_unit(kept, staging)
+                if kept is not None:
+                    say(f"{split}: {corpora[split].describe()} is already encoded in {target}; kept")
+            stats[split] = by_unit[unit]
         meta = {
             "format": STORE_FORMAT,
             "tokenizer_fingerprint": fingerprint,
-            "vocab_size": backend.get_vocab_size(),
-            "dtype": ids_dtype(backend.get_vocab_size()).name,
+            "vocab_size": vocab_size,
+            "dtype": dtype.name,
             "sep_id": tokenizer.sep_token_id,
             "sources": sources,
-            "source_descriptions": {"train": train_corpus.describe(), "validation": valid_corpus.describe()},
-            "splits": {
-                split: {
-                    "documents": s.documents,
-                    "tokens": s.tokens,
-                    "duplicates": s.duplicates,
-                    **({"words": s.words, "unk_tokens": s.unk_tokens} if s.words else {}),  # counted on validation
-                    "shards": s.shards,
-                }
-                for split, s in stats.items()
-            },
+            "source_descriptions": {split: corpus.describe() for split, corpus in corpora.items()},
+            "splits": {split: {"sources": [units[split]], **stats[split].figures()} for split in SPLITS},
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         (staging / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
@@ -466,13 +706,15 @@ def _tokenize_corpus(cfg: Config, target: Path, quiet: bool, tokenizer_source: O
     fsync_dir(target.parent)  # the rename itself must reach the disk
 
     seconds = time.perf_counter() - started
-    valid = stats["validation"]
+    train, valid = stats["train"], stats["validation"]
+    read = sum(corpora[split].stats.bytes for split in to_encode)
     say(
-        f"tokenize: {stats['train'].documents:,} train / {valid.documents:,} validation documents, "
-        f"{stats['train'].tokens:,} / {valid.tokens:,} tokens, vocabulary {backend.get_vocab_size():,}, "
+        f"tokenize: {train.documents:,} train / {valid.documents:,} validation documents, "
+        f"{train.tokens:,} / {valid.tokens:,} tokens, vocabulary {vocab_size:,}, "
         f"validation UNK rate {valid.unk_tokens / max(valid.tokens, 1):.4%}, "
         f"{(valid.tokens - valid.documents) / max(valid.words, 1):.3f} tokens per word, "
-        f"{stats['train'].duplicates:,} exact duplicate train documents, "
-        f"{seconds:.1f}s ({total_bytes / 1e6 / max(seconds, 1e-9):.1f} MB/s) -> {target}"
+        f"{train.duplicates:,} exact duplicate train documents, {workers} worker"
+        f"{'s' if workers > 1 else ''}{f' x {share.ctx.world_size} processes' if share.ctx.distributed else ''}, "
+        f"{seconds:.1f}s ({read / 1e6 / max(seconds, 1e-9):.1f} MB/s) -> {target}"
     )
     return target

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Optional
 
@@ -12,6 +13,7 @@ from mlmtrain.data.store import check_outputs_apart, tokenize_corpus
 from mlmtrain.data.tokenizer import is_tokenizer_folder, load_tokenizer
 from mlmtrain.errors import UserError, interrupt_on_sigterm
 from mlmtrain.model.context import quiet_transformers
+from mlmtrain.runtime.distributed import init_distributed, on_main, teardown
 from mlmtrain.tools.arguments import check_count, training_config
 from mlmtrain.train.guard import locked
 from mlmtrain.train.init_from import resolve_init_from
@@ -21,11 +23,18 @@ MAX_DEMO_SAMPLES = 1_000_000  # mask-demo --samples: each share to about ±0.1 %
 
 def tokenize(cfg: Config) -> Path:
     """Train (or reuse) the tokenizer and encode the corpus, holding train.run_dir's lock: a pretrain running there
-    reads (and may rebuild) the tokenizer and store under it, so two commands must not write them at once."""
+    reads (and may rebuild) the tokenizer and store under it, so two commands must not write them at once.
+
+    Under torchrun every process encodes its share of the corpus (gloo on the CPU) and process 0 writes the store."""
     cfg = resolve_init_from(cfg).cfg  # the tokenizer of model.init_from's base is the one to use
     check_outputs_apart(cfg)
-    with locked(Path(cfg.train.run_dir)), interrupt_on_sigterm():
-        return tokenize_corpus(cfg)
+    ctx = init_distributed("cpu")
+    try:
+        with ExitStack() as held, interrupt_on_sigterm():
+            on_main(ctx, lambda: held.enter_context(locked(Path(cfg.train.run_dir))))  # process 0 writes there
+            return tokenize_corpus(cfg, ctx=ctx)
+    finally:
+        teardown(ctx)
 
 
 def _demo_tokenizer(cfg: Config, tokenizer: Optional[str], config: Optional[Path]) -> Any:

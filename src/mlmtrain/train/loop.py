@@ -20,7 +20,7 @@ from mlmtrain.config import Config, save_config
 from mlmtrain.data.blocks import evaluation_blocks
 from mlmtrain.data.masking import scheduled_rate
 from mlmtrain.data.sources import corpus_splits
-from mlmtrain.data.store import TokenStore, prepare_tokenizer, tokenize_corpus
+from mlmtrain.data.store import TokenStore, fetch_remote_copies, prepare_tokenizer, tokenize_corpus
 from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
 from mlmtrain.errors import UserError, first_line, interrupt_on_sigterm, loader_worker_died
 from mlmtrain.evaluate.probe import LiveProbe, ProbeDiverged, Task, live_task, metric_record
@@ -86,7 +86,7 @@ def _pretrain(run: ResolvedRun, ctx: DistContext, overwrite: bool) -> Path:
             if line:
                 say(line)
         with interrupt_on_sigterm():  # tokenizing and set-up: SIGTERM says "interrupted" like Ctrl-C
-            on_main(ctx, lambda: _ensure_data(cfg, run.resumed_base))
+            _ensure_data(cfg, run.resumed_base, ctx)
             if ctx.is_main and run.resume == "auto" and run.start is None:
                 say(f"no checkpoint in {run_dir}; starting a new run")
             return _run(run, ctx, task)
@@ -125,13 +125,15 @@ def _stopped_from_outside(error: RuntimeError, run_dir: Path) -> UserError:
     )
 
 
-def _ensure_data(cfg: Config, tokenizer_source: Optional[Path]) -> None:
-    """Tokenize first when the store is missing or stale, so one command does the whole job (rank 0 only);
-    `tokenizer_source` (a resumed checkpoint) stands in for tokenizer.pretrained."""
+def _ensure_data(cfg: Config, tokenizer_source: Optional[Path], ctx: DistContext) -> None:
+    """Tokenize first when the store is missing or stale, so one command does the whole job: rank 0 prepares the
+    tokenizer and writes the store, every rank encodes its share (data/shares.py); then each machine holds its copy
+    of a remote store and tokenizer. `tokenizer_source` (a resumed checkpoint) stands in for tokenizer.pretrained."""
     if cfg.data.use_store:
-        tokenize_corpus(cfg, tokenizer_source=tokenizer_source)
+        tokenize_corpus(cfg, tokenizer_source=tokenizer_source, ctx=ctx)
     else:
-        prepare_tokenizer(cfg, corpus_splits(cfg.data)[0], tokenizer_source)
+        on_main(ctx, lambda: prepare_tokenizer(cfg, corpus_splits(cfg.data)[0], tokenizer_source))
+    fetch_remote_copies(cfg)
 
 
 def eval_set(objective: Objective, store: Path, tokenizer: Any, max_blocks: int) -> Optional[tuple[Any, list[int]]]:
