@@ -13,7 +13,7 @@ import pytest
 
 from mlmtrain.config import Config, load_config
 
-from .helpers import FINISHED, one_thread, tiny_overrides, write_corpus
+from .helpers import FINISHED, mixture_config, one_thread, tiny_overrides, write_corpus
 
 
 def tiny_files(root: Path) -> dict[str, tuple[int, int]]:
@@ -61,6 +61,26 @@ def tiny_data_kept(request: pytest.FixtureRequest) -> Iterator[None]:
                 "this test rewrote the session's tiny tokenizer, store or corpus: give it its own tokenizer.path and "
                 "data.store (or copy_corpus)"
             )
+
+
+@pytest.fixture(scope="module")
+def mixture_data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
+    """Two training sources of other sizes (a: 300 documents, b: 40), their tokenizer and store, built once per
+    module: (the folder, the overrides that train on them, a weighing 3 and b 1)."""
+    from mlmtrain.data.store import tokenize_corpus
+
+    root = tmp_path_factory.mktemp("mixture")
+    write_corpus(root / "a.txt", 300, seed=1)
+    write_corpus(root / "b.txt", 40, seed=5)
+    write_corpus(root / "valid.txt", 40, seed=2)
+    overrides = {
+        "data.train": f"[{{source: {root / 'a.txt'}, weight: 3}}, {{source: {root / 'b.txt'}, weight: 1}}]",
+        "data.validation": str(root / "valid.txt"),
+        "tokenizer.path": str(root / "tokenizer"),
+        "data.store": str(root / "tokens"),
+    }
+    tokenize_corpus(mixture_config(root, **overrides), quiet=True)
+    return root, overrides
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from typing import Any, Optional
 import pytest
 import torch
 
-from mlmtrain.config import ModelConfig
+from mlmtrain.config import Config, ModelConfig, load_config
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 CHILD_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -100,6 +100,11 @@ def tiny_overrides(root: Path, **extra: object) -> list[str]:
     }
     values.update(extra)
     return [f"{k}={'null' if v is None else v}" for k, v in values.items()]
+
+
+def mixture_config(root: Path, **overrides: object) -> Config:
+    """A tiny config training in ROOT/run (the `mixture_data` fixture's overrides make it train on a mixture)."""
+    return load_config(None, tiny_overrides(root, **{"train.run_dir": str(root / "run"), **overrides}))
 
 
 def set_options(data: Path, run_dir: Path, **overrides: Any) -> list[str]:

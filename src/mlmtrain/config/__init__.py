@@ -7,7 +7,7 @@ between its keys (`schema.py`), loading and saving (`loading.py`), and what a ch
 (`published.py`). Its names are offered here.
 """
 
-from mlmtrain.config.data import DataConfig, MaskingConfig, TokenizerConfig
+from mlmtrain.config.data import DataConfig, MaskingConfig, MixtureSource, TokenizerConfig, mixture_of, train_specs
 from mlmtrain.config.fields import (
     RESUME_KINDS,
     Check,
@@ -73,6 +73,9 @@ __all__ = [
     "CheckpointConfig",
     "Config",
     "DataConfig",
+    "MixtureSource",
+    "mixture_of",
+    "train_specs",
     "DistillConfig",
     "ElectraConfig",
     "MaskingConfig",

@@ -3,23 +3,42 @@ encodes it, and how a block's tokens are selected for prediction."""
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal, Union
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal, Optional, Union
 
-from mlmtrain.config.fields import SOME_SOURCE, Source, above, at_least, quiet, require, trains, within
+from mlmtrain.config.fields import (
+    SOME_SOURCE,
+    Source,
+    TrainSource,
+    above,
+    at_least,
+    quiet,
+    require,
+    trains,
+    within,
+)
 from mlmtrain.config.urls import default_cache_dir, local_path
 
 
 @dataclass
 class DataConfig:
-    train: Source = trains(
+    train: TrainSource = trains(
         "builtin:python-docs",
         "training text: a path, glob, folder or URL (s3://, gs://, hf://, file://) or a list of them (.txt .jsonl "
         ".json .parquet .csv), 'mds:PATH_OR_URL' (a MosaicML Streaming dataset), 'builtin:python-docs', "
-        "'builtin:python-docstrings', or 'hf:NAME[/CONFIG]:SPLIT'",
+        "'builtin:python-docstrings', or 'hf:NAME[/CONFIG]:SPLIT'; or a mixture: a list of {source: SOURCE, "
+        "weight: W, name: NAME}, each step's blocks drawn from the sources in proportion to their weights",
         check=SOME_SOURCE,
         path="local",
+    )
+    mixture_temperature: Union[float, None] = trains(
+        None,
+        "with a mixture in data.train: draw source i in proportion to (its tokens)^t instead of the weights (mmBERT's "
+        "rule: 1 keeps the sizes' shares, lower values flatten them toward equal); null: the weights",
+        check=within(0, 1, "(]"),
     )
     validation: Union[Source, None] = trains(
         None,
@@ -80,6 +99,107 @@ class DataConfig:
     def cache_folder(self) -> Path:
         """Where copies of remote stores, tokenizers and MDS shards are kept (cache_dir, or the user's cache)."""
         return Path(local_path(self.cache_dir)).expanduser() if self.cache_dir else default_cache_dir()
+
+    def validate(self) -> None:
+        mixture = mixture_of(self.train)
+        require(
+            self.mixture_temperature is None or mixture is not None,
+            "data.mixture_temperature",
+            "samples the sources of a mixture, and data.train is one source; write data.train as a list of "
+            "{source: ..., weight: ...}, or drop data.mixture_temperature",
+        )
+        if mixture is None:
+            return
+        require(
+            self.use_store,
+            "data.train",
+            "is a mixture, which draws blocks from each source's tokens in the store; set data.use_store: true",
+        )
+        require(
+            self.packing,
+            "data.train",
+            "is a mixture, which draws packed blocks (its shares count tokens); set data.packing: true",
+        )
+
+
+@dataclass(frozen=True)
+class MixtureSource:
+    """One source of a data mixture: its name in metrics and reports, what it reads, its weight."""
+
+    name: str
+    source: Source
+    weight: float
+
+
+_MIXTURE_KEYS = ("source", "weight", "name")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+def mixture_of(train: TrainSource) -> Optional[list[MixtureSource]]:
+    """data.train's weighted sources when it is a mixture (a list of {source, weight, name} mappings), else None;
+    UserError naming the entry and what works for an entry that is not one."""
+    if not isinstance(train, list) or not any(isinstance(entry, dict) for entry in train):
+        return None
+    entries = [_mixture_source(index, entry) for index, entry in enumerate(train)]
+    names = [entry.name for entry in entries]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    require(
+        not twice,
+        "data.train",
+        f"names the source {twice[0] if twice else ''} twice in its mixture; give each entry a name: of its own",
+    )
+    return entries
+
+
+def _mixture_source(index: int, entry: Any) -> MixtureSource:
+    where = f"data.train[{index}]"
+    require(
+        isinstance(entry, dict),
+        where,
+        f"is {entry!r:.80}, and the other entries are {{source, weight}} mappings; write every entry of a mixture as "
+        "{source: PATH, weight: W}",
+    )
+    unknown = sorted(str(key) for key in entry if key not in _MIXTURE_KEYS)
+    require(not unknown, where, f"has the key {unknown[0] if unknown else ''}; an entry takes source, weight and name")
+    source = entry.get("source")
+    require(
+        (isinstance(source, str) and bool(source.strip()))
+        or (isinstance(source, list) and bool(source) and all(isinstance(s, str) and s.strip() for s in source)),
+        f"{where}.source",
+        "must name a source (a path, glob, folder, URL, hf: or builtin: source, or a list of them)",
+    )
+    weight = entry.get("weight", 1.0)
+    require(
+        isinstance(weight, (int, float)) and not isinstance(weight, bool) and math.isfinite(weight) and weight > 0,
+        f"{where}.weight",
+        f"must be a finite number > 0 (got {weight!r:.40}); a source to leave out is an entry to drop",
+    )
+    name = entry.get("name", _source_name(source))
+    require(
+        isinstance(name, str) and bool(_NAME.fullmatch(name)),
+        f"{where}.name",
+        f"must be letters, digits and _ . + - (got {name!r:.40})",
+    )
+    return MixtureSource(name, source, float(weight))
+
+
+def _source_name(source: Source) -> str:
+    """A mixture source's default name: its file or folder name without the extension (`wiki.train` of
+    `data/wiki.train.txt`), the dataset of an hf: source; a list is named by its first entry."""
+    first = source[0] if isinstance(source, list) else source
+    bare = re.sub(r"^(builtin|hf|mds):", "", first.strip()).split(":")[0]
+    name = PurePosixPath(bare.rstrip("/*")).name or bare
+    for suffix in (".gz", ".txt", ".jsonl", ".json", ".parquet", ".csv"):
+        name = name.removesuffix(suffix)
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", name).strip("_.+-") or "source"
+
+
+def train_specs(train: TrainSource) -> list[str]:
+    """Every source data.train reads, a mixture's included, as a flat list."""
+    mixture = mixture_of(train)
+    if mixture is None:
+        return [train] if isinstance(train, str) else list(train)
+    return [spec for entry in mixture for spec in ([entry.source] if isinstance(entry.source, str) else entry.source)]
 
 
 @dataclass

@@ -17,6 +17,8 @@ from mlmtrain.errors import UserError, shown
 PathKind = Optional[Literal["local", "hub"]]
 # a text source: one path, glob or named source, or a list of them
 Source = Union[str, list[str]]
+# data.train: a source, or a mixture: a list of {source: SOURCE, weight: W, name: NAME} (config/data.py)
+TrainSource = Union[str, list[Union[str, dict[str, Any]]]]
 
 
 RESUME_KINDS = ("note", "own-note", "silent")

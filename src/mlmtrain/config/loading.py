@@ -94,6 +94,8 @@ def _type_name(annotation: Any) -> str:
         return "null"
     if typing.get_origin(annotation) is list:
         return f"a list of {_type_name(typing.get_args(annotation)[0])}"
+    if typing.get_origin(annotation) is dict:
+        return "mapping"
     return getattr(annotation, "__name__", str(annotation))
 
 
@@ -117,6 +119,8 @@ def _coerce(value: Any, annotation: Any) -> tuple[bool, Any]:
             return False, value
         coerced = [_coerce(v, item) for v in value]
         return all(ok for ok, _ in coerced), [v for _, v in coerced]
+    if origin is dict:  # its keys are the section's to check (a mixture's entries: config/data.py)
+        return isinstance(value, dict), value
     if annotation is type(None):
         return value is None, value
     if annotation is bool:

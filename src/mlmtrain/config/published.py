@@ -51,6 +51,8 @@ def published_value(key: str, value: Any, hub: Union[bool, None] = None) -> Any:
         return value
     if isinstance(value, list):
         return [published_value(key, entry, hub) for entry in value]
+    if isinstance(value, dict):  # a mixture's entry: its source published, its weight and name as they are
+        return {**value, "source": published_value(key, value.get("source"), hub)}
     if not isinstance(value, str) or value.startswith(_NAMED_SOURCES):
         return value
     if value.startswith(MDS_PREFIX):  # a MosaicML Streaming dataset: its folder or URL, published as either is

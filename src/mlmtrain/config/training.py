@@ -72,6 +72,19 @@ class TrainConfig:
         "sequences per forward pass on each process; null: batch_size / processes (no accumulation)",
         check=at_least(1),
     )
+    batch_warmup_tokens: int = trains(
+        0,
+        "grow the global batch linearly from train.batch_size_start to train.batch_size over the run's first this "
+        "many tokens (Ettin's batch warm-up; each step a whole number of micro-batches), the learning rate's warm-up "
+        "following tokens; 0: the batch is batch_size from the first step",
+        check=at_least(0),
+    )
+    batch_size_start: Union[int, None] = trains(
+        None,
+        "with train.batch_warmup_tokens: the global batch of the first step (with a null micro_batch_size, it sets "
+        "the micro-batch: batch_size_start / processes)",
+        check=at_least(1),
+    )
     max_steps: Union[int, None] = trains(1000, "stop after this many optimizer steps", check=at_least(1))
     max_tokens: Union[int, None] = trains(None, "stop after this many training tokens", check=at_least(1))
     max_time: Union[str, float, None] = trains(
@@ -142,6 +155,37 @@ class TrainConfig:
                 f"({self.micro_batch_size}) must divide train.batch_size ({self.batch_size})",
             )
         self.validate_max_flops()
+        self.validate_batch_warmup()
+
+    def validate_batch_warmup(self) -> None:
+        start, warming = self.batch_size_start, self.batch_warmup_tokens > 0
+        require(
+            warming == (start is not None),
+            "train.batch_size_start" if start is not None else "train.batch_warmup_tokens",
+            f"({start}) is the batch a warm-up starts from, and train.batch_warmup_tokens is 0; set "
+            "train.batch_warmup_tokens (e.g. 1000000) or drop train.batch_size_start"
+            if start is not None
+            else f"({self.batch_warmup_tokens}) grows the batch from train.batch_size_start, which is null; set it "
+            f"(e.g. {max(self.batch_size // 4, 1)})",
+        )
+        if start is None:
+            return
+        require(
+            start <= self.batch_size,
+            "train.batch_size_start",
+            f"({start}) must be <= train.batch_size ({self.batch_size}): the batch grows toward batch_size",
+        )
+        require(
+            self.micro_batch_size is None or start % self.micro_batch_size == 0,
+            "train.batch_size_start",
+            f"({start}) must be a multiple of train.micro_batch_size ({self.micro_batch_size})",
+        )
+        require(
+            start >= self.batch_size or self.batch_size % start == 0 or self.micro_batch_size is not None,
+            "train.batch_size_start",
+            f"({start}) sets the micro-batch (train.micro_batch_size is null), and train.batch_size "
+            f"({self.batch_size}) is no multiple of it; set train.micro_batch_size to a divisor of both",
+        )
 
     def validate_max_flops(self) -> None:
         """A FLOP budget sets the run's length alone: max_tokens counts the same tokens in another unit, and a

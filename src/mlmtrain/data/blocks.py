@@ -4,19 +4,23 @@ Packed (default): the store's stream (each document followed by [SEP]) is cut in
 each wrapped as [CLS] … [SEP], so no position is padding. Unpacked: one document per block, truncated.
 
 The position of a run is one number, `micro_batches` consumed by this rank. Micro-batch j is a pure
-function of (seed, j, rank, world size, sizes): its step s = j // accum, the epoch's seeded permutation
-of blocks, and a slice of that step's global batch. Masks are a pure function of (seed, epoch, block),
-so a restart at j sees exactly the blocks and masks an uninterrupted run sees, and 2 ranks × b blocks
-see the same blocks and masks as 1 rank × 2b.
+function of (seed, j, rank, world size, sizes): its step s and place in the step (`BatchRamp`: with a
+batch warm-up the steps grow), the epoch's seeded permutation of blocks, and a slice of that step's global
+batch. With a data mixture each slot of a step draws its source (mixture.py) and the source's next block
+in its own seeded order. Masks are a pure function of (seed, epoch, block), so a restart at j sees exactly
+the blocks and masks an uninterrupted run sees, and 2 ranks × b blocks see the same blocks and masks as
+1 rank × 2b.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import signal
 import threading
-from collections.abc import Iterable, Iterator
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -26,6 +30,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from mlmtrain.data.masking import MaskingCollator, mix_seed
+from mlmtrain.data.mixture import MixtureDraw
 from mlmtrain.data.store import TokenStore
 from mlmtrain.data.tokenizer import load_tokenizer, text_encoder
 from mlmtrain.errors import UserError, loader_worker_died
@@ -89,66 +94,189 @@ class BatchLayout:
         return self.micro_batch_size * self.accum_steps * self.world_size
 
 
-def batch_layout(batch_size: int, micro_batch_size: Optional[int], world_size: int, rank: int) -> BatchLayout:
-    """Derive micro-batch and accumulation steps from the global batch, or say why it cannot be done."""
-    micro = micro_batch_size if micro_batch_size is not None else batch_size // world_size
-    if micro < 1 or batch_size % (micro * world_size) != 0:
-        raise UserError(
-            "config",
-            f"train.batch_size={batch_size} is not a multiple of train.micro_batch_size "
-            f"({micro_batch_size or micro}) x {world_size} process(es); change one of them",
-        )
+def batch_layout(
+    batch_size: int, micro_batch_size: Optional[int], world_size: int, rank: int, start: Optional[int] = None
+) -> BatchLayout:
+    """Derive micro-batch and accumulation steps from the global batch, or say why it cannot be done. `start`: the
+    global batch a batch warm-up starts from (train.batch_size_start), which sets the micro-batch where
+    train.micro_batch_size does not; the accumulation steps are then the full batch's."""
+    micro = micro_batch_size if micro_batch_size is not None else (start or batch_size) // world_size
+    for key, size in (("train.batch_size", batch_size), ("train.batch_size_start", start)):
+        if size is not None and (micro < 1 or size % (micro * world_size) != 0):
+            raise UserError(
+                "config",
+                f"{key}={size} is not a multiple of train.micro_batch_size ({micro_batch_size or micro}) x "
+                f"{world_size} process(es); change one of them",
+            )
     return BatchLayout(micro, batch_size // (micro * world_size), world_size, rank)
 
 
-class MicroBatches(IterableDataset):
-    """An endless, resumable stream of masked micro-batches for one rank, from a token store."""
+class BatchRamp:
+    """The global batch of each step of a stream (a run, or one phase of it): `full` blocks, or with a batch warm-up
+    (train.batch_warmup_tokens) growing linearly from `start` toward `full` over the run's first `warmup_tokens`
+    tokens, each step's batch rounded up to whole micro-batches of every process (`unit`). The stream begins
+    `tokens_before` tokens into the run; a step counts its blocks' positions (block_tokens each)."""
 
     def __init__(
         self,
-        blocks: StoreBlocks,
+        full: int,
+        unit: int,
+        start: Optional[int] = None,
+        warmup_tokens: int = 0,
+        tokens_before: int = 0,
+        block_tokens: int = 1,
+    ) -> None:
+        self.full, self.unit = full, unit
+        self.table: list[int] = []  # the sizes of the steps while the batch grows
+        tokens = tokens_before
+        while start is not None and tokens < warmup_tokens:
+            grown = start + (full - start) * tokens / warmup_tokens
+            size = min(math.ceil(grown / unit) * unit, full)
+            if size >= full:
+                break
+            self.table.append(size)
+            tokens += size * block_tokens
+        self.blocks = np.cumsum([0, *self.table])  # blocks before each step of the table, and after it
+
+    def size(self, step: int) -> int:
+        return self.table[step] if step < len(self.table) else self.full
+
+    def sizes(self, steps: np.ndarray) -> np.ndarray:
+        table = np.asarray(self.table + [self.full], dtype=np.int64)
+        return table[np.minimum(steps, len(self.table))]
+
+    def accum(self, step: int) -> int:
+        """Micro-batches each process takes in `step`."""
+        return self.size(step) // self.unit
+
+    def blocks_before(self, step: int) -> int:
+        grown = len(self.table)
+        return int(self.blocks[min(step, grown)]) + max(step - grown, 0) * self.full
+
+    def micro_before(self, step: int) -> int:
+        """Micro-batches each process took in the steps before `step`: the data position of a stream at `step`."""
+        return self.blocks_before(step) // self.unit
+
+    def locate(self, micro_batch: int) -> tuple[int, int]:
+        """(step, its micro-step) of a process's micro-batch number `micro_batch`."""
+        grown = self.micro_before(len(self.table))
+        if micro_batch >= grown:
+            step, within = divmod(micro_batch - grown, self.full // self.unit)
+            return len(self.table) + step, within
+        step = bisect_right(self.blocks // self.unit, micro_batch) - 1
+        return step, micro_batch - int(self.blocks[step]) // self.unit
+
+
+@dataclass
+class Mixture:
+    """The sources of a data mixture by name: each its blocks and its target share of them, the draw that picks
+    among them, and the collator that masks their blocks."""
+
+    names: Sequence[str]
+    blocks: Sequence[StoreBlocks]
+    draw: MixtureDraw
+    shares: Sequence[float]
+    collator: Any
+
+
+@dataclass(frozen=True)
+class Row:
+    """One block of a micro-batch: its source (0 without a mixture), the pass over that source, the block."""
+
+    source: int
+    epoch: int
+    block: int
+
+
+class MicroBatches(IterableDataset):
+    """An endless, resumable stream of masked micro-batches for one rank, from a token store (or a mixture of its
+    sources)."""
+
+    def __init__(
+        self,
+        blocks: Optional[StoreBlocks],
         collator: MaskingCollator,
         layout: BatchLayout,
         seed: int,
         start: int = 0,
         shuffle: bool = True,
+        ramp: Optional[BatchRamp] = None,
+        mixture: Optional[Mixture] = None,
     ) -> None:
         self.blocks, self.collator, self.layout = blocks, collator, layout
-        self.seed, self.start, self.shuffle = seed, start, shuffle
-        self.steps_per_epoch = len(blocks) // layout.global_batch
-        if self.steps_per_epoch == 0:
+        self.seed, self.start, self.shuffle, self.mixture = seed, start, shuffle, mixture
+        self.ramp = ramp or BatchRamp(layout.global_batch, layout.micro_batch_size * layout.world_size)
+        self.steps_per_epoch = len(blocks) // layout.global_batch if mixture is None else 0
+        if self.steps_per_epoch == 0 and mixture is None:
             raise UserError(
                 "data",
                 f"the training split has {len(blocks)} blocks, fewer than one global batch of "
                 f"{layout.global_batch}; add text, or lower train.batch_size or data.seq_len",
             )
-        self._order: tuple[int, Optional[torch.Tensor]] = (-1, None)
+        self._orders: dict[int, tuple[int, torch.Tensor]] = {}  # each source's order of its current pass
 
-    def order(self, epoch: int) -> torch.Tensor:
-        """The epoch's block order: a permutation seeded by (seed, epoch), the same on every rank."""
-        if self._order[0] != epoch:
+    def order(self, epoch: int, source: int = 0) -> torch.Tensor:
+        """A source's block order in a pass over it: a permutation seeded by (seed, epoch), the same on every rank
+        (a mixture's second source on: by its number too)."""
+        cached = self._orders.get(source)
+        if cached is None or cached[0] != epoch:
+            count = len(self.mixture.blocks[source]) if self.mixture else len(self.blocks)
             if self.shuffle:
-                generator = torch.Generator().manual_seed(mix_seed(self.seed, epoch, 0x5EED))
-                self._order = (epoch, torch.randperm(len(self.blocks), generator=generator))
+                salt = 0x5EED if source == 0 else mix_seed(0x5EED, source, 0x50C)
+                generator = torch.Generator().manual_seed(mix_seed(self.seed, epoch, salt))
+                cached = (epoch, torch.randperm(count, generator=generator))
             else:
-                self._order = (epoch, torch.arange(len(self.blocks)))
-        return self._order[1]
+                cached = (epoch, torch.arange(count))
+            self._orders[source] = cached
+        return cached[1]
+
+    def rows(self, micro_batch: int) -> tuple[int, list[Row]]:
+        """(the optimizer step it feeds, the blocks) of this rank's micro-batch number `micro_batch`."""
+        layout = self.layout
+        step, accum = self.ramp.locate(micro_batch)
+        first = (accum * layout.world_size + layout.rank) * layout.micro_batch_size  # its slots of the step's batch
+        slots = range(first, first + layout.micro_batch_size)
+        if self.mixture is not None:
+            return step, self._mixture_rows(step, slots)
+        # one source: epochs of whole global batches of the full size (a batch warm-up's steps may span two)
+        per_epoch = self.steps_per_epoch * layout.global_batch
+        rows = []
+        for place in (self.ramp.blocks_before(step) + slot for slot in slots):
+            epoch, index = divmod(place, per_epoch)
+            rows.append(Row(0, epoch, int(self.order(epoch)[index])))
+        return step, rows
+
+    def _mixture_rows(self, step: int, slots: range) -> list[Row]:
+        mixture, size = self.mixture, self.ramp.size(step)
+        before = mixture.draw.counts_before(step, self.ramp.sizes)
+        sources, ranks = mixture.draw.slot_sources(step, size)
+        shuffled = torch.randperm(size, generator=torch.Generator().manual_seed(mix_seed(self.seed, step, 0x5107)))
+        rows = []
+        for slot in (int(shuffled[place]) for place in slots):
+            source = int(sources[slot])
+            epoch, index = divmod(int(before[source]) + int(ranks[slot]), len(mixture.blocks[source]))
+            rows.append(Row(source, epoch, int(self.order(epoch, source)[index])))
+        return rows
 
     def indices(self, micro_batch: int) -> tuple[int, torch.Tensor]:
-        """(epoch, block indices) of this rank's micro-batch number `micro_batch`."""
-        layout = self.layout
-        step, accum = divmod(micro_batch, layout.accum_steps)
-        epoch, step_in_epoch = divmod(step, self.steps_per_epoch)
-        offset = (
-            step_in_epoch * layout.global_batch + (accum * layout.world_size + layout.rank) * layout.micro_batch_size
-        )
-        return epoch, self.order(epoch)[offset : offset + layout.micro_batch_size]
+        """(epoch, block indices) of this rank's micro-batch number `micro_batch` of one source."""
+        rows = self.rows(micro_batch)[1]
+        return rows[0].epoch, torch.tensor([row.block for row in rows])
 
     def batch(self, micro_batch: int) -> dict[str, torch.Tensor]:
-        epoch, indices = self.indices(micro_batch)
-        step = micro_batch // self.layout.accum_steps  # the optimizer step it feeds: a masking schedule's clock
+        step, rows = self.rows(micro_batch)  # the step: a masking schedule's clock
+        sources = self.mixture.blocks if self.mixture is not None else [self.blocks]
+        # masks are drawn by (epoch, index): a mixture's sources after the first shift their blocks' numbers apart
         return self.collator(
-            [{"input_ids": self.blocks[int(i)], "epoch": epoch, "index": int(i), "step": step} for i in indices]
+            [
+                {
+                    "input_ids": sources[r.source][r.block],
+                    "epoch": r.epoch,
+                    "index": (r.source << 40) + r.block,
+                    "step": step,
+                }
+                for r in rows
+            ]  # fmt: skip
         )
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:

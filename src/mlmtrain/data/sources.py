@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from mlmtrain.config import MDS_PREFIX, DataConfig, default_cache_dir, is_remote, local_path
+from mlmtrain.config import MDS_PREFIX, DataConfig, default_cache_dir, is_remote, local_path, mixture_of, train_specs
 from mlmtrain.data.mds import mds_size, mds_texts, read_index, remote_identity
 from mlmtrain.data.records import Reading, read_lines, read_records
 from mlmtrain.data.remote import Cache, RemoteFile, list_files
@@ -556,17 +556,43 @@ def open_corpus(spec: Spec, data: DataConfig, key: str = "--data") -> Corpus:
 
 def corpus_splits(data: DataConfig) -> tuple[Corpus, Corpus]:
     """(train, validation): data.validation when set, else validation_fraction of the training documents held out
-    by document hash (deterministic, the same split on every run and every rank)."""
+    by document hash (deterministic, the same split on every run and every rank). A mixture's train is all its
+    sources one after another (what a tokenizer trains on; `train_corpora` gives each alone)."""
+    train = train_specs(data.train)
     if data.validation is not None:
-        return open_corpus(data.train, data, "data.train"), open_corpus(data.validation, data, "data.validation")
+        return open_corpus(train, data, "data.train"), open_corpus(data.validation, data, "data.validation")
+    _check_holdout(data)
+    return _side(train, data, "train"), _side(train, data, "validation")
+
+
+def train_corpora(data: DataConfig) -> list[tuple[str, Corpus]]:
+    """(name, training documents) of each source data.train draws from: a mixture's sources by their names, else
+    one source, "train". With data.validation null each keeps its training side (validation_fraction held out)."""
+    mixture = mixture_of(data.train)
+    if mixture is None:
+        return [("train", corpus_splits(data)[0])]
+    if data.validation is None:
+        _check_holdout(data)
+        return [(entry.name, _side(entry.source, data, "train")) for entry in mixture]
+    return [(entry.name, open_corpus(entry.source, data, "data.train")) for entry in mixture]
+
+
+def _check_holdout(data: DataConfig) -> None:
     if data.validation_fraction <= 0:
         raise _data_error(
             "data.validation is null and data.validation_fraction is 0, so there is no validation text; "
             "set data.validation to a source or data.validation_fraction to e.g. 0.05"
         )
-    options = {"text_field": data.text_field, "txt_documents": data.txt_documents, "key": "data.train",
-               "cache": data_cache(data)}  # fmt: skip
-    return (
-        Corpus(data.train, holdout_fraction=data.validation_fraction, keep="train", **options),
-        Corpus(data.train, holdout_fraction=data.validation_fraction, keep="validation", **options),
+
+
+def _side(spec: Spec, data: DataConfig, keep: str) -> Corpus:
+    """One side of `spec` split by document hash (validation_fraction to validation)."""
+    return Corpus(
+        spec,
+        holdout_fraction=data.validation_fraction,
+        keep=keep,
+        text_field=data.text_field,
+        txt_documents=data.txt_documents,
+        key="data.train",
+        cache=data_cache(data),
     )

@@ -3,8 +3,9 @@
 Layout of a store folder: each source's tokens are a unit named after the source's fingerprint, `src-<16 hex>`:
 `<unit>-NNNNN.bin` (raw token ids, uint16 when the vocabulary fits, else uint32; every document is followed by
 [SEP], so a packed block is one contiguous slice), `<unit>.docs.npy` (int64 end offset of each document) and
-`<unit>.json` (its source, tokenizer, counts and shards). `meta.json` names the units each split reads, in order,
-with the split's counts; `COMPLETE` is written last. A folder without `COMPLETE` is never read; a store is built in
+`<unit>.json` (its source, tokenizer, counts and shards). `meta.json` names every unit (the validation text, and
+each source data.train draws from in the run and in its phases) and the units each split reads, in order, with the
+split's counts; `COMPLETE` is written last. A folder without `COMPLETE` is never read; a store is built in
 a temporary folder and renamed into place, so a killed `tokenize` leaves nothing half-done, and a source already
 encoded by the same tokenizer is linked into the new store instead of being encoded again.
 """
@@ -25,11 +26,11 @@ from typing import Any, Optional
 
 import numpy as np
 
-from mlmtrain.config import Config, field_default, is_remote, save_config
+from mlmtrain.config import Config, field_default, is_remote, phase_configs, save_config, train_specs
 from mlmtrain.data.encoding import EncodedChunk, EncoderSpec, worker_count
 from mlmtrain.data.remote import join, push_folder, read_remote_text, remote_folder_of_ours, same_files
 from mlmtrain.data.shares import Share
-from mlmtrain.data.sources import corpus_splits, data_cache
+from mlmtrain.data.sources import corpus_splits, data_cache, train_corpora
 from mlmtrain.data.tokenizer import (
     TOKENIZER_FILES,
     TOKENIZER_KINDS,
@@ -55,7 +56,6 @@ from mlmtrain.runtime.progress import progress_bar, say
 
 STORE_FORMAT = 3  # 3: each source's tokens a unit of their own (2: one set of files per split)
 COMPLETE = "COMPLETE"
-SPLITS = ("train", "validation")
 SHARD_TOKENS = 1 << 28  # 256 Mi tokens a shard: 512 MB as uint16, small enough to copy, large enough to be few
 DUPLICATE_BUCKET = 1 << 22  # document digests counted at a time for exact duplicates: 32 MB of them at most
 _NPY_HEADER_BYTES = 128  # a document index's .npy header, written first with room for any count, then filled in
@@ -233,17 +233,23 @@ class SourceTokens:
 
 
 class TokenStore:
-    """Read-only view of one split of a complete store: the tokens of its sources one after another, memory-mapped;
-    token slices and documents."""
+    """Read-only view of one split of a complete store (or of the units named: one source of a mixture): the tokens
+    of its sources one after another, memory-mapped; token slices and documents."""
 
-    def __init__(self, folder: Path, split: str) -> None:
+    def __init__(self, folder: Path, split: str, units: Optional[list[str]] = None) -> None:
         self.folder = Path(folder)
         self.meta = read_meta(self.folder)
-        if split not in self.meta["splits"]:
+        if units is None and split not in self.meta["splits"]:
             raise UserError("data", f"token store {self.folder} has no '{split}' split; run `mlmtrain tokenize` again")
+        missing = [unit for unit in units or () if unit not in self.meta.get("units", {})]
+        if missing:
+            raise UserError(
+                "data", f"token store {self.folder} does not hold the source {split}; run `mlmtrain tokenize` again"
+            )
         self.split = split
         self.dtype = np.dtype(self.meta["dtype"])
-        self.sources = [SourceTokens(self.folder, unit, self.dtype) for unit in self.meta["splits"][split]["sources"]]
+        units = units if units is not None else self.meta["splits"][split]["sources"]
+        self.sources = [SourceTokens(self.folder, unit, self.dtype) for unit in units]
         self.num_tokens = sum(source.num_tokens for source in self.sources)
         self.num_documents = sum(source.num_documents for source in self.sources)
         self._shards = [shard for source in self.sources for shard in source.shards]
@@ -251,7 +257,7 @@ class TokenStore:
         offsets = np.cumsum([0] + [source.num_tokens for source in self.sources[:-1]])
         if len(self.sources) == 1:
             self.doc_ends = self.sources[0].doc_ends
-        else:  # several sources: their indexes shifted to the split's stream (issue 60's mixtures read each alone)
+        else:  # several sources: their indexes shifted to the split's stream
             shifted = [source.doc_ends + offset for source, offset in zip(self.sources, offsets, strict=True)]
             self.doc_ends = np.concatenate(shifted).astype(np.int64)
 
@@ -307,26 +313,29 @@ def read_meta(folder: Path) -> dict[str, Any]:
     splits = meta.get("splits")
     if not isinstance(splits, dict) or "dtype" not in meta:  # valid JSON, but not what a store writes
         raise damaged
-    for split in splits.values():
-        units = split.get("sources") if isinstance(split, dict) else None
-        if not isinstance(units, list) or not all(
+    named = meta.get("units")
+    for units in [*(split.get("sources") if isinstance(split, dict) else None for split in splits.values()), named]:
+        if not isinstance(units, (list, dict)) or not all(
             isinstance(u, str) and STORE_FILES.fullmatch(u + ".json") for u in units
         ):
             raise damaged
     return meta
 
 
-def store_is_current(folder: Path, fingerprint: str, sources: dict[str, str]) -> bool:
-    """A complete, undamaged store built by this tokenizer from these sources: nothing to do."""
+def store_is_current(folder: Path, fingerprint: str, splits: dict[str, list[str]], units: list[str]) -> bool:
+    """A complete, undamaged store built by this tokenizer, holding these units, these for each split: nothing to
+    do."""
     try:
         meta = read_meta(folder)
-        for split in meta["splits"]:
-            TokenStore(folder, split)  # shard sizes and document index: a crash or a bad copy may have cut them
+        for unit in meta["units"]:  # shard sizes and document index: a crash or a bad copy may have cut them
+            SourceTokens(folder, unit, np.dtype(meta["dtype"]))
     except UserError as error:
         if Path(folder).exists():
             say(f"{error.message.split('; ')[0]}; encoding it again")
         return False
-    return meta.get("tokenizer_fingerprint") == fingerprint and meta.get("sources") == sources
+    split_units = {split: entry["sources"] for split, entry in meta["splits"].items()}
+    same_units = sorted(meta["units"]) == sorted(units)
+    return meta.get("tokenizer_fingerprint") == fingerprint and split_units == splits and same_units
 
 
 def reusable_unit(folder: Path, unit: str, fingerprint: str, dtype: np.dtype) -> Optional[SourceTokens]:
@@ -544,8 +553,10 @@ def check_outputs_apart(cfg: Config) -> None:
     the run's files as text), the folder of model.init_from, distill.teacher or tokenizer.pretrained; nor may the
     tokenizer and store folders, which are replaced whole, hold one. tokenizer.path may be such a model or tokenizer
     folder itself: its tokenizer is then used as it is."""
-    sources = [[spec] if isinstance(spec, str) else spec or [] for spec in (cfg.data.train, cfg.data.validation)]
-    data = local_inputs((f"data.{split}", entry) for split, spec in zip(SPLITS, sources, strict=True) for entry in spec)
+    validation = [cfg.data.validation] if isinstance(cfg.data.validation, str) else cfg.data.validation or []
+    read = [("data.validation", spec) for spec in validation]  # and data.train: the run's and each phase's
+    read += [("data.train", spec) for config in (cfg, *phase_configs(cfg)) for spec in train_specs(config.data.train)]
+    data = local_inputs(read)
     models = local_inputs(
         [
             ("model.init_from", cfg.model.init_from),
@@ -582,8 +593,8 @@ def tokenize_corpus(
         return built or target
     try:
         plan = share.announce(None)
-        for split, spec in plan or ():
-            share.encode(lambda split=split: corpus_splits(cfg.data)[SPLITS.index(split)], spec, workers)
+        for unit, spec in plan or ():
+            share.encode(lambda unit=unit: store_corpora(cfg)[unit].corpus, spec, workers)
     except UserError:
         pass  # process 0 stops on the same verdict and shares it next
     on_main(ctx, lambda: None)
@@ -612,8 +623,8 @@ class _SplitProgress:
     """Process 0's writer of one source's chunks, with its progress: MB read, tokens, MB/s, tokens/s, and the time
     left where the input's size is known."""
 
-    def __init__(self, writer: UnitWriter, corpus: Any, bar: Any, split: str) -> None:
-        self.writer, self.corpus, self.bar, self.split = writer, corpus, bar, split
+    def __init__(self, writer: UnitWriter, corpus: Any, bar: Any, source: StoreSource) -> None:
+        self.writer, self.corpus, self.bar, self.source = writer, corpus, bar, source
         self.started, self.shown_mb = time.perf_counter(), 0
 
     def write(self, chunk: EncodedChunk) -> None:
@@ -631,68 +642,98 @@ class _SplitProgress:
 
     def finish(self) -> None:
         if self.writer.stats.tokens == 0:
-            raise UserError(
-                "data", f"the {self.split} split is empty ({self.corpus.describe()}); point data.{self.split} at text"
-            )
+            source = self.source
+            what = f"the {source.split} split" if source.name == source.split else f"the source {source.name}"
+            raise UserError("data", f"{what} is empty ({self.corpus.describe()}); point data.{source.split} at text")
+
+
+@dataclass
+class StoreSource:
+    """One unit a store encodes: the split it belongs to, its name (a mixture source's, else the split's), its
+    documents."""
+
+    split: str
+    name: str
+    corpus: Any
+
+    @property
+    def label(self) -> str:
+        """How lines name it: the split ("train"), or a mixture's source by split and name ("train books")."""
+        return self.name if self.name == self.split else f"{self.split} {self.name}"
+
+
+def store_corpora(cfg: Config) -> dict[str, StoreSource]:
+    """What a store for `cfg` encodes, by unit: the validation text, then every source data.train draws from, in the
+    run and in each of its phases, each once (a source another phase adds is encoded beside the others)."""
+    validation = corpus_splits(cfg.data)[1]
+    units = {unit_name(validation.fingerprint()): StoreSource("validation", "validation", validation)}
+    for config in [cfg, *phase_configs(cfg)]:
+        for name, corpus in train_corpora(config.data):
+            units.setdefault(unit_name(corpus.fingerprint()), StoreSource("train", name, corpus))
+    return units
+
+
+def source_units(cfg: Config) -> list[tuple[str, str]]:
+    """(name, unit) of each source data.train of `cfg` (one phase's config) draws from: where its tokens are."""
+    return [(name, unit_name(corpus.fingerprint())) for name, corpus in train_corpora(cfg.data)]
 
 
 def _tokenize_corpus(
     cfg: Config, target: Path, quiet: bool, tokenizer_source: Optional[Path], share: Share, workers: int
 ) -> Path:
     started = time.perf_counter()
-    corpora = dict(zip(SPLITS, corpus_splits(cfg.data), strict=True))
-    tokenizer = prepare_tokenizer(cfg, corpora["train"], tokenizer_source)
+    sources = store_corpora(cfg)
+    validation = next(unit for unit, source in sources.items() if source.split == "validation")
+    splits = {"train": [unit for _, unit in source_units(cfg)], "validation": [validation]}
+    tokenizer = prepare_tokenizer(cfg, corpus_splits(cfg.data)[0], tokenizer_source)
     fingerprint = tokenizer_fingerprint(tokenizer)
-    sources = {split: corpus.fingerprint() for split, corpus in corpora.items()}
-    if store_is_current(target, fingerprint, sources):
+    if store_is_current(target, fingerprint, splits, list(sources)):
         say(f"token store {target} is up to date; nothing to do")
         return target
 
     vocab_size = tokenizer.backend_tokenizer.get_vocab_size()
     dtype = ids_dtype(vocab_size)
     spec = EncoderSpec(text_encoder(tokenizer).to_str(), tokenizer.sep_token_id, tokenizer.unk_token_id, dtype.name)
-    units = {split: unit_name(sources[split]) for split in SPLITS}
     # a source already encoded by this tokenizer in the store is linked in, not encoded again
-    reused = {unit: reusable_unit(target, unit, fingerprint, dtype) for unit in dict.fromkeys(units.values())}
-    to_encode = [split for split in SPLITS if reused[units[split]] is None and units[split] not in
-                 [units[earlier] for earlier in SPLITS[: SPLITS.index(split)]]]  # fmt: skip
+    reused = {unit: reusable_unit(target, unit, fingerprint, dtype) for unit in sources}
+    to_encode = [unit for unit in sources if reused[unit] is None]
     stats: dict[str, UnitStats] = {}
 
-    def encode_unit(staging: Path, split: str) -> UnitStats:
-        corpus = corpora[split]
-        writer = UnitWriter(staging, units[split], dtype)
+    def encode_unit(staging: Path, unit: str) -> UnitStats:
+        source = sources[unit]
+        corpus, label = source.corpus, source.label
+        writer = UnitWriter(staging, unit, dtype)
         size = corpus.input_size()
         total_mb = None if size is None else max(1, size // 1_000_000)
-        with progress_bar(total_mb, "MB", f"encode {split}", disable=quiet) as bar:
-            share.encode(lambda: corpus, spec, workers, _SplitProgress(writer, corpus, bar, split))
-        record = {"format": STORE_FORMAT, "source": sources[split], "description": corpus.describe()}
+        with progress_bar(total_mb, "MB", f"encode {label}", disable=quiet) as bar:
+            share.encode(lambda: corpus, spec, workers, _SplitProgress(writer, corpus, bar, source))
+        record = {"format": STORE_FORMAT, "source": unit.removeprefix("src-"), "description": corpus.describe()}
         unit_stats = writer.close({**record, "tokenizer_fingerprint": fingerprint, "dtype": dtype.name})
         if corpus.stats.invalid_utf8_lines:
-            say(f"{split}: {corpus.stats.invalid_utf8_lines:,} lines had invalid UTF-8 bytes (replaced by U+FFFD)")
+            say(f"{label}: {corpus.stats.invalid_utf8_lines:,} lines had invalid UTF-8 bytes (replaced by U+FFFD)")
         if corpus.stats.skipped_empty:
-            say(f"{split}: {corpus.stats.skipped_empty:,} empty or whitespace-only documents skipped")
+            say(f"{label}: {corpus.stats.skipped_empty:,} empty or whitespace-only documents skipped")
         return unit_stats
 
     def write(staging: Path) -> None:
-        share.announce([(split, spec) for split in to_encode])
-        by_unit: dict[str, UnitStats] = {}
-        for split in SPLITS:
-            unit = units[split]
-            if unit not in by_unit:
-                kept = reused[unit]
-                by_unit[unit] = encode_unit(staging, split) if kept is None else link_unit(kept, staging)
-                if kept is not None:
-                    say(f"{split}: {corpora[split].describe()} is already encoded in {target}; kept")
-            stats[split] = by_unit[unit]
+        share.announce([(unit, spec) for unit in to_encode])
+        for unit, source in sources.items():
+            kept = reused[unit]
+            stats[unit] = encode_unit(staging, unit) if kept is None else link_unit(kept, staging)
+            if kept is not None:
+                say(f"{source.label}: {source.corpus.describe()} is already encoded in {target}; kept")
+        split_stats = {split: _summed(stats[unit] for unit in units) for split, units in splits.items()}
         meta = {
             "format": STORE_FORMAT,
             "tokenizer_fingerprint": fingerprint,
             "vocab_size": vocab_size,
             "dtype": dtype.name,
             "sep_id": tokenizer.sep_token_id,
-            "sources": sources,
-            "source_descriptions": {split: corpus.describe() for split, corpus in corpora.items()},
-            "splits": {split: {"sources": [units[split]], **stats[split].figures()} for split in SPLITS},
+            "units": {
+                unit: {"split": source.split, "name": source.name, "description": source.corpus.describe()}
+                for unit, source in sources.items()
+            },
+            "splits": {split: {"sources": units, **split_stats[split].figures()} for split, units in splits.items()},
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         (staging / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
@@ -706,10 +747,13 @@ def _tokenize_corpus(
     fsync_dir(target.parent)  # the rename itself must reach the disk
 
     seconds = time.perf_counter() - started
-    train, valid = stats["train"], stats["validation"]
-    read = sum(corpora[split].stats.bytes for split in to_encode)
+    train = _summed(stats[unit] for unit, source in sources.items() if source.split == "train")
+    valid = stats[validation]
+    read = sum(sources[unit].corpus.stats.bytes for unit in to_encode)
+    mixed = len(sources) - 1
     say(
-        f"tokenize: {train.documents:,} train / {valid.documents:,} validation documents, "
+        f"tokenize: {train.documents:,} train / {valid.documents:,} validation documents"
+        f"{f' ({mixed} training sources)' if mixed > 1 else ''}, "
         f"{train.tokens:,} / {valid.tokens:,} tokens, vocabulary {vocab_size:,}, "
         f"validation UNK rate {valid.unk_tokens / max(valid.tokens, 1):.4%}, "
         f"{(valid.tokens - valid.documents) / max(valid.words, 1):.3f} tokens per word, "
@@ -718,3 +762,10 @@ def _tokenize_corpus(
         f"{seconds:.1f}s ({read / 1e6 / max(seconds, 1e-9):.1f} MB/s) -> {target}"
     )
     return target
+
+
+def _summed(parts: Any) -> UnitStats:
+    total = UnitStats()
+    for part in parts:
+        total.add(part)
+    return total

@@ -44,7 +44,11 @@ class Budget:
         return self.configs[state.phase]
 
     def name_of(self, state: Any) -> str:
-        return self.phases[state.phase].name if self.phases else ""
+        return self.name_of_phase(state.phase)
+
+    def name_of_phase(self, index: int) -> str:
+        """Phase `index`'s name; "" for a run without phases."""
+        return self.phases[index].name if self.phases else ""
 
     def limits(self, state: Any) -> dict[str, tuple[str, float]]:
         """{key: (budget, amount)} of each budget that ends the current phase (the run's, without phases): train.max_*
@@ -113,6 +117,12 @@ class Budget:
         state.phase = names.index(state.phase_name)
 
     # --- what the learning-rate schedule follows
+
+    def lr_step(self, state: Any) -> float:
+        """The step the learning rate's warm-up counts: the step, or with a batch warm-up the tokens so far in full
+        batches (train.batch_size x data.seq_len), so that the learning rate follows tokens while the batch grows."""
+        t = self.cfg.train
+        return state.step if not t.batch_warmup_tokens else state.tokens / (t.batch_size * self.cfg.data.seq_len)
 
     def schedule_progress(self, state: Any) -> float:
         """The share of the run `learning_rate` is given. Without phases, the share of the budget used (wsd with

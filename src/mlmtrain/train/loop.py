@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 import torch
 
 from mlmtrain.config import Config, save_config
@@ -46,6 +47,8 @@ from mlmtrain.train.step import (
     TrainingSetup,
     build_setup,
     enter_phase,
+    mixture_targets,
+    stream_step,
     train_step,
 )
 
@@ -190,6 +193,10 @@ def _announce(setup: TrainingSetup, run_dir: Path, resume_from: Optional[Path], 
         "world_size": ctx.world_size,
         "curves": [curve.record() for curve in setup.objective.curves],  # what the report draws of its own metrics
     }
+    budget = setup.budget
+    targets = {budget.name_of_phase(index): mixture_targets(config) for index, config in enumerate(budget.configs)}
+    if any(targets.values()):  # a data mixture's target shares, by phase ("" for a run without phases)
+        facts["mixture"] = {phase: shares for phase, shares in targets.items() if shares}
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir)
@@ -218,6 +225,8 @@ def _announce(setup: TrainingSetup, run_dir: Path, resume_from: Optional[Path], 
         say(setup.compiled.line())
     if note := setup.objective.start_note():
         say(note)
+    if setup.mixture is not None:
+        say(mixture_line(setup))
     if cfg.data.document_attention == "within":
         say("attention: each token attends to its own document of a block, from position 0 (data.document_attention)")
     if setup.saved and setup.saved.get("world_size", 1) != ctx.world_size:
@@ -275,11 +284,13 @@ class Loop:
                 phase = self.setup.cfg  # the config in force: the phase's
                 # fetch the step's micro-batches (timed: a loop that waits for data is data-bound), then one step
                 fetch_started = time.perf_counter()
-                micro = [next(self.setup.batches) for _ in range(self.setup.layout.accum_steps)]
+                micro = [next(self.setup.batches) for _ in range(self.setup.accum_steps())]
                 window.wait_s += time.perf_counter() - fetch_started
+                drawn = self.drawn()  # a mixture's blocks of each source in this step
                 result = train_step(
                     self.setup, micro, lambda: time.perf_counter() - started - self.probe_s, stopper.flag
                 )
+                self.count_sources(drawn, reporter)
                 window.tokens += result.tokens
                 meter.add(time.perf_counter(), result.tokens)
                 plan = forecast(budget, state, meter.steps_per_s(), meter.tokens_per_step()) if meter.ready() else None
@@ -339,6 +350,34 @@ class Loop:
         key, amount = phase.budget
         settings = ", ".join(f"{name}: {value}" for name, value in phase.set.items()) or "no settings changed"
         reporter.message(f"step {self.state.step}: phase {phase.name} begins ({key} {amount:g}; {settings})")
+        if setup.mixture is not None:
+            reporter.message(mixture_line(setup))
+
+    def drawn(self) -> Optional[dict[str, int]]:
+        """The tokens of each source of a data mixture in the step about to run (blocks x seq_len); None without."""
+        setup = self.setup
+        if setup.mixture is None:
+            return None
+        step = stream_step(self.state)
+        counts = setup.mixture.draw.step_counts(np.array([step]), np.array([setup.ramp.size(step)]))[0]
+        seq_len = setup.cfg.data.seq_len
+        return {name: int(count) * seq_len for name, count in zip(setup.mixture.names, counts, strict=True)}
+
+    def count_sources(self, drawn: Optional[dict[str, int]], reporter: Reporter) -> None:
+        """Add a step's tokens of each source to the run's counts (`source_tokens`); say when a source has given all
+        its tokens once and repeats from then on."""
+        if drawn is None:
+            return
+        totals, mixture = self.state.source_tokens, self.setup.mixture
+        for (name, tokens), blocks in zip(drawn.items(), mixture.blocks, strict=True):
+            size = len(blocks) * blocks.seq_len  # the tokens of one pass over the source, in blocks
+            before = totals.get(name, 0)
+            totals[name] = before + tokens
+            if before < size <= totals[name] and self.ctx.is_main:
+                reporter.message(
+                    f"step {self.state.step}: the source {name} has given all its {size:,} tokens once; it repeats "
+                    "from here (metrics: source_tokens)"
+                )
 
     def keep_phase(self) -> None:
         """Keep the checkpoint just saved, the end of the state's phase, as checkpoints/phase-NAME (keep_last never
@@ -397,6 +436,7 @@ class Loop:
                 "mlm_probability": scheduled_rate(self.setup.cfg.masking, state.step - 1, self.cfg.train.max_steps),
                 "seq_len": self.setup.cfg.data.seq_len,
                 **self.phase_field(),
+                **({"source_tokens": dict(state.source_tokens)} if state.source_tokens else {}),
                 "grad_norm": reading.grad_norm,
                 "tokens_per_s": tokens_per_s,
                 "data_wait_share": window.wait_share(),
@@ -531,6 +571,14 @@ class Window:
 
     def wait_share(self) -> float:
         return round(self.wait_s / max(time.perf_counter() - self.started, 1e-9), 4)
+
+
+def mixture_line(setup: TrainingSetup) -> str:
+    """What a data mixture draws: each source's target share of the blocks, and what sets them."""
+    mixture, temperature = setup.mixture, setup.cfg.data.mixture_temperature
+    shares = ", ".join(f"{name} {share:.1%}" for name, share in zip(mixture.names, mixture.shares, strict=True))
+    rule = f"by tokens^{temperature:g}, data.mixture_temperature" if temperature is not None else "by weight"
+    return f"data mixture: {shares} of each step's blocks ({rule})"
 
 
 def _every(step: int, interval: int) -> bool:

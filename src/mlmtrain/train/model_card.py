@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import yaml
 
-from mlmtrain.config import Config, names_hub_repository, published_value, published_yaml
+from mlmtrain.config import Config, mixture_of, names_hub_repository, published_value, published_yaml, train_specs
 from mlmtrain.data.sources import parse_hub_spec
 from mlmtrain.model.families import family_of, shape_of
 from mlmtrain.readers import load_json_text, read_json
@@ -103,11 +103,10 @@ def _records_up_to(path: Path, step: int) -> list[dict[str, Any]]:
 def hub_datasets(cfg: Config) -> list[str]:
     """The hub datasets (hf:NAME...) the model was trained or validated on, for the card's `datasets`."""
     names: list[str] = []
-    for source in (cfg.data.train, cfg.data.validation):
-        for entry in [source] if isinstance(source, str) else source or []:
-            if entry.startswith("hf:"):
-                name = parse_hub_spec(entry)[0]
-                names += [] if name in names else [name]
+    for entry in [*train_specs(cfg.data.train), *train_specs(cfg.data.validation or [])]:
+        if entry.startswith("hf:"):
+            name = parse_hub_spec(entry)[0]
+            names += [] if name in names else [name]
     return names
 
 
@@ -218,6 +217,9 @@ def _tokenizer_section(cfg: Config, folder: Path) -> str:
 
 def _sources(key: str, source: Any) -> str:
     source = published_value(key, source)
+    if mixture := mixture_of(source):  # a mixture: each source with its weight
+        named = (f"{_sources(key, entry.source)} as {entry.name} (weight {entry.weight:g})" for entry in mixture)
+        return ", ".join(named)
     return ", ".join(f"`{entry}`" for entry in ([source] if isinstance(source, str) else source))
 
 

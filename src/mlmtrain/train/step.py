@@ -16,18 +16,21 @@ from typing import Any, Optional
 import torch
 from transformers.utils import logging as hf_logging
 
-from mlmtrain.config import Config
+from mlmtrain.config import Config, mixture_of
 from mlmtrain.data.blocks import (
     BatchLayout,
+    BatchRamp,
     LiveMicroBatches,
     MicroBatches,
+    Mixture,
     batch_layout,
     make_loader,
     raise_worker_errors,
 )
 from mlmtrain.data.masking import VocabInfo
+from mlmtrain.data.mixture import MixtureDraw, mixture_shares
 from mlmtrain.data.sources import corpus_splits
-from mlmtrain.data.store import TokenStore
+from mlmtrain.data.store import TokenStore, source_units
 from mlmtrain.data.tokenizer import load_tokenizer, tokenizer_fingerprint
 from mlmtrain.errors import UserError, first_line
 from mlmtrain.model.bert import MaskedLM, use_training_attention
@@ -69,6 +72,7 @@ class TrainState:
     phase: int = 0  # the phase the run is in (config phases:; 0 without phases)
     phase_name: str = ""  # its name: a resume or a branch finds it by its name
     phase_start: dict[str, float] = field(default_factory=dict)  # the counters where it began (budget.counters)
+    source_tokens: dict[str, int] = field(default_factory=dict)  # a data mixture's tokens drawn from each source
 
 
 @dataclass
@@ -94,6 +98,12 @@ class TrainingSetup:
     nonfinite: NonfiniteCounts  # the skipped-step counters, kept on the device between reads
     ema: Optional[WeightAverage] = None  # train.ema's moving average of the weights
     budget: Optional[Budget] = None  # what ends the run, and its phases; None: the run's config alone (a bare step)
+    ramp: Optional[BatchRamp] = None  # each step's global batch (a batch warm-up grows it); None: layout's, always
+    mixture: Optional[Mixture] = None  # a data mixture's sources and draw (the loop counts each source's tokens)
+
+    def accum_steps(self) -> int:
+        """Micro-batches this process takes for the next step."""
+        return self.ramp.accum(stream_step(self.state)) if self.ramp else self.layout.accum_steps
 
     @property
     def autocast_dtype(self) -> Optional[torch.dtype]:
@@ -118,7 +128,6 @@ def build_setup(
     device = ctx.device
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(cfg.tokenizer_dir)
     vocab = VocabInfo.from_tokenizer(tokenizer)
-    fingerprint = tokenizer_fingerprint(tokenizer)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True  # TF32 matmuls: free speed on Ampere+ at no cost to MLM quality
         torch.backends.cudnn.allow_tf32 = True
@@ -133,7 +142,7 @@ def build_setup(
     elif cfg.phases:
         state.phase_name = cfg.phases[0].name
     run_cfg, cfg = cfg, budget.config_of(state)  # the config of the phase the state is in
-    layout = batch_layout(cfg.train.batch_size, cfg.train.micro_batch_size, ctx.world_size, ctx.rank)
+    layout = _layout(cfg, ctx)
     if objective is None or run_cfg.phases:  # a phase's objective: its masking and lengths
         objective = objective_of(cfg, vocab, objective.bases if objective is not None else None)
     if start is not None:
@@ -144,8 +153,8 @@ def build_setup(
             for note in resume_checks.resume_notes(start, run_cfg):
                 say(note)
         # micro_batches counts this rank's micro-batches; another world size or micro-batch takes the same global
-        # batches in other bites, so carry the position over in whole global batches.
-        state.micro_batches = state.micro_batches // saved.get("accum_steps", layout.accum_steps) * layout.accum_steps
+        # batches in other bites: the position is the steps taken in the stream, in this layout's micro-batches
+        state.micro_batches = stream_ramp(cfg, layout, state).micro_before(stream_step(state))
     else:
         torch.manual_seed(cfg.train.seed)  # identical initial weights on every rank
         mlm = objective.build()
@@ -176,7 +185,8 @@ def build_setup(
             say(f"note: optimizer settings from the config replace the checkpoint's ({'; '.join(changed)})")
 
     # --- data: the loader starts at the state's position; the RNG is seeded (fresh) or restored (resume) afterwards
-    batches = _batches(cfg, objective, tokenizer, layout, state, fingerprint, device)
+    ramp = stream_ramp(cfg, layout, state)
+    batches, mixture = _batches(_micro_batches(cfg, objective, tokenizer, layout, state, ramp), cfg, device)
     if saved and ctx.rank < len(saved["rng"]):
         ckpt.set_rng_state(saved["rng"][ctx.rank])  # each rank its own: dropout continues as if never stopped
     else:  # a fresh run, or a rank the saved run did not have
@@ -200,22 +210,33 @@ def build_setup(
         NonfiniteCounts(state, device),
         ema,
         budget,
+        ramp,
+        mixture,
     )
 
 
-def _batches(
-    cfg: Config,
-    objective: Objective,
-    tokenizer: Any,
-    layout: BatchLayout,
-    state: TrainState,
-    fingerprint: str,
-    device: torch.device,
-) -> Iterator[dict[str, torch.Tensor]]:
-    """This rank's micro-batches from the state's data position on, made in the loader's worker processes."""
-    dataset = _micro_batches(cfg, objective, tokenizer, layout, state, fingerprint)
+def _layout(cfg: Config, ctx: DistContext) -> BatchLayout:
+    t = cfg.train
+    return batch_layout(t.batch_size, t.micro_batch_size, ctx.world_size, ctx.rank, t.batch_size_start)
+
+
+def stream_step(state: TrainState) -> int:
+    """The step's number in the data stream it draws from: the run's, or with phases its phase's."""
+    return state.step - int(state.phase_start.get("step", 0))
+
+
+def stream_ramp(cfg: Config, layout: BatchLayout, state: TrainState) -> BatchRamp:
+    """The global batch of each step of the state's stream: the layout's, or growing over the run's first
+    train.batch_warmup_tokens tokens from where the stream begins."""
+    t, unit, before = cfg.train, layout.micro_batch_size * layout.world_size, int(state.phase_start.get("tokens", 0))
+    return BatchRamp(layout.global_batch, unit, t.batch_size_start, t.batch_warmup_tokens, before, cfg.data.seq_len)
+
+
+def _batches(dataset: Any, cfg: Config, device: torch.device) -> tuple[Iterator[dict[str, Any]], Optional[Mixture]]:
+    """This rank's micro-batches of `dataset`, made in the loader's worker processes; and the data mixture they
+    draw from, if any."""
     loader = make_loader(dataset, cfg.data.num_workers, pin_memory=device.type == "cuda")
-    return raise_worker_errors(iter(loader))
+    return raise_worker_errors(iter(loader)), getattr(dataset, "mixture", None)
 
 
 def enter_phase(setup: TrainingSetup) -> None:
@@ -229,9 +250,10 @@ def enter_phase(setup: TrainingSetup) -> None:
     state.micro_batches = 0  # the position in the phase's own stream
     cfg = setup.cfg = setup.budget.config_of(state)
     setup.objective = objective_of(cfg, setup.vocab, setup.objective.bases)
-    setup.layout = batch_layout(cfg.train.batch_size, cfg.train.micro_batch_size, ctx.world_size, ctx.rank)
-    fingerprint = tokenizer_fingerprint(setup.tokenizer)
-    setup.batches = _batches(cfg, setup.objective, setup.tokenizer, setup.layout, state, fingerprint, ctx.device)
+    setup.layout = _layout(cfg, ctx)
+    setup.ramp = stream_ramp(cfg, setup.layout, state)
+    dataset = _micro_batches(cfg, setup.objective, setup.tokenizer, setup.layout, state, setup.ramp)
+    setup.batches, setup.mixture = _batches(dataset, cfg, ctx.device)
     apply_optim_config(setup.optimizer, cfg.optim)
     set_rope_theta(setup.mlm, cfg.model)
 
@@ -278,9 +300,10 @@ def _restore_optimizer(optimizer: torch.optim.Optimizer, saved: dict[str, Any], 
 
 
 def _micro_batches(
-    cfg: Config, objective: Objective, tokenizer: Any, layout: BatchLayout, state: TrainState, fingerprint: str
+    cfg: Config, objective: Objective, tokenizer: Any, layout: BatchLayout, state: TrainState, ramp: BatchRamp
 ) -> Any:
-    """The dataset of this rank's masked micro-batches: from the token store, or tokenized live."""
+    """The dataset of this rank's masked micro-batches from the state's data position on: from the token store, or
+    tokenized live."""
     if not cfg.data.use_store:
         return LiveMicroBatches(
             corpus_splits(cfg.data)[0],
@@ -294,14 +317,39 @@ def _micro_batches(
             start=state.micro_batches,
         )
     store = TokenStore(cfg.store_dir, "train")
-    if store.tokenizer_fingerprint != fingerprint:
+    if store.tokenizer_fingerprint != tokenizer_fingerprint(tokenizer):
         raise UserError(
             "data",
             f"token store {cfg.store_dir} was encoded with another tokenizer than "
             f"{cfg.tokenizer_dir}; run `mlmtrain tokenize` again",
         )
-    blocks, collator = objective.training_blocks(store, tokenizer)
-    return MicroBatches(blocks, collator, layout, cfg.train.seed, start=state.micro_batches)
+    mixture = data_mixture(cfg, objective, tokenizer) if mixture_of(cfg.data.train) else None
+    blocks, collator = objective.training_blocks(store, tokenizer) if mixture is None else (None, mixture.collator)
+    return MicroBatches(blocks, collator, layout, cfg.train.seed, state.micro_batches, ramp=ramp, mixture=mixture)
+
+
+def data_mixture(cfg: Config, objective: Objective, tokenizer: Any) -> Mixture:
+    """The sources of data.train's mixture, each its blocks from its own tokens in the store, and the draw by their
+    shares (`mixture_targets`)."""
+    stores, shares = _mixture_sources(cfg)
+    blocks = [objective.training_blocks(store, tokenizer)[0] for store in stores]
+    names = [store.split for store in stores]
+    return Mixture(names, blocks, MixtureDraw(list(shares.values()), cfg.train.seed), list(shares.values()),
+                   objective.collator())  # fmt: skip
+
+
+def mixture_targets(cfg: Config) -> dict[str, float]:
+    """The target share of each source of data.train's mixture, by name: the weights', or data.mixture_temperature's
+    by the sources' sizes in the store; {} without a mixture."""
+    return _mixture_sources(cfg)[1] if mixture_of(cfg.data.train) else {}
+
+
+def _mixture_sources(cfg: Config) -> tuple[list[TokenStore], dict[str, float]]:
+    mixture = mixture_of(cfg.data.train) or []
+    stores = [TokenStore(cfg.store_dir, name, units=[unit]) for name, unit in source_units(cfg)]
+    weights = [entry.weight for entry in mixture]
+    shares = mixture_shares(weights, [store.num_tokens for store in stores], cfg.data.mixture_temperature)
+    return stores, {store.split: share for store, share in zip(stores, shares, strict=True)}
 
 
 @dataclass
@@ -440,7 +488,7 @@ def train_step(
         state.warmup_end_progress = progress
     # warm-up as a share of a budget other than steps, if any (phases count warm-up in steps)
     share = None if budget.phases else warmup_share(cfg.optim, cfg.train)
-    lr = learning_rate(state.step, progress, cfg.optim, state.warmup_end_progress, share)
+    lr = learning_rate(budget.lr_step(state), progress, cfg.optim, state.warmup_end_progress, share)
     set_learning_rate(setup.optimizer, lr)
     if setup.scaler.is_enabled():
         _scaler_step(setup, loss_finite)

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import torch
 from transformers import BertForPreTraining
 
-from mlmtrain.config import Config
+from mlmtrain.config import Config, mixture_of
 from mlmtrain.data.masking import IGNORE_INDEX
 from mlmtrain.data.store import TokenStore
 from mlmtrain.errors import UserError
@@ -56,6 +56,12 @@ class SentencePairs(MaskedLanguageModel):
                 "config",
                 f"data.use_store is false, but train.objective {cls.name} cuts its pairs from the token store; set "
                 "data.use_store: true",
+            )
+        if mixture_of(cfg.data.train):
+            raise UserError(
+                "config",
+                f"data.train is a mixture, and train.objective {cls.name} cuts its pairs from one source's documents; "
+                "name one source in data.train, or train.objective: mlm",
             )
 
     def load(self, saved: ModelFolder, family: Family) -> Any:
