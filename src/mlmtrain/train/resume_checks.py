@@ -13,6 +13,7 @@ from mlmtrain.config import TRAINING_KEYS, Config, records_setting
 from mlmtrain.errors import UserError, first_line, shown
 from mlmtrain.model.context import quiet_transformers
 from mlmtrain.runtime.model_folder import ModelFolder, read_model_folder, transformers_config
+from mlmtrain.train.budget import check_phase_name
 from mlmtrain.train.checkpoint import SavedCheckpoint
 from mlmtrain.train.objectives import Objective
 
@@ -34,6 +35,13 @@ def check_objective(start: SavedCheckpoint, cfg: Config, branched: bool) -> None
             f"{cfg.train.objective}; {'branch' if branched else 'resume'} with train.objective: {start.objective}, "
             + _way_out(branched),
         )
+
+
+def check_phase(start: SavedCheckpoint, cfg: Config, branched: bool) -> None:
+    """UserError for a resume into phases that lack the one the checkpoint is in (its record names it)."""
+    phase = start.record.get("phase")
+    if isinstance(phase, str) and cfg.phases:
+        check_phase_name(phase, [p.name for p in cfg.phases], branched)
 
 
 def check_model_shape(start: SavedCheckpoint, cfg: Config, objective: Objective, branched: bool = False) -> None:
