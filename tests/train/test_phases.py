@@ -20,8 +20,12 @@ import yaml
 
 from mlmtrain.cli.app import main
 from mlmtrain.config import Config, load_config
+from mlmtrain.runtime.progress import Reporter
 from mlmtrain.train import checkpoint as ckpt
+from mlmtrain.train.budget import Budget
 from mlmtrain.train.loop import pretrain
+from mlmtrain.train.plan import forecast
+from mlmtrain.train.step import TrainState
 
 from ..helpers import (
     assert_one_error_line,
@@ -293,6 +297,65 @@ def test_a_context_extension_phase_saves_a_model_transformers_runs_at_the_new_le
         capsys, "eval-perplexity", "--model", str(kept), "--data", str(tiny_data / "valid.txt"), "--seq-len", "64"
     )
     assert code == 0, lines
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan and the progress line
+
+
+def test_the_plan_names_the_phase_and_the_time_left_in_it_and_in_the_run(tiny_data: Path, tmp_path: Path) -> None:
+    phases = [
+        {"name": "stable", "max_steps": 600},
+        {"name": "long", "max_steps": 400, "set": {"data.seq_len": 64}},  # steps of twice the tokens
+        {"name": "decay", "max_tokens": 25_600, "set": {"data.seq_len": 32}},  # 100 steps of 256 tokens
+    ]
+    budget = Budget(phased(tiny_data, tmp_path / "run", phases))
+    # 100 steps of 8 x 32 tokens at 2 steps/s: each later step of 512 tokens takes 1 s, of 256 tokens 0.5 s
+    state = TrainState(step=100, tokens=25_600, flops=10**9, phase_name="stable")
+    plan = forecast(budget, state, 2.0, 256.0)
+    assert (plan.phase_final_step, plan.phase_seconds_left, plan.final_step, plan.seconds_left) == (600, 250, 1100, 700)
+    assert plan.line(2.0, 512.0) == (
+        "plan: phase stable (1 of 3) ends at step 600 by its max_steps in about 4 min; the run ends at step 1,100, "
+        "after long and decay, in about 12 min; at 2.00 steps/s, 512 tokens/s (later phases counted at this one's "
+        "time per token)"
+    )
+    assert plan.left() == "4 min left in the phase, 12 min in the run"
+    state = TrainState(step=1050, tokens=422_400, phase=2, phase_name="decay", phase_start={"tokens": 409_600.0})
+    plan = forecast(budget, state, 2.0, 256.0)
+    assert plan.line(2.0, 512.0) == (
+        "plan: phase decay (3 of 3) ends the run at step 1,100 by its max_tokens in about 25 s, at 2.00 steps/s, "
+        "512 tokens/s"
+    )
+    assert plan.left() == "25 s left"
+    # the step count the progress bar starts from: only where steps alone end the run
+    assert budget.known_steps() is None
+    assert Budget(phased(tiny_data, tmp_path / "run")).known_steps() == 14
+    assert Budget(load_config(None, ["train.max_time=2h"])).known_steps() is None
+
+
+def test_the_progress_line_names_the_phase_and_gives_the_plans_time_left(capsys: pytest.CaptureFixture) -> None:
+    reporter = Reporter(None, None, show_bar=True, plain_every_s=0.0)  # a max_time run: no step count, no plan yet
+    reporter.advance(10, 2.5, 1e-3, 1000.0, None, "stable")
+    reporter.advance(100, 2.5, 1e-3, 1000.0, 1100, "stable", "4 min left in the phase, 12 min in the run")
+    reporter.close()
+    assert capsys.readouterr().err.splitlines() == [
+        "step 10: phase stable, loss 2.500, lr 1.00e-03, 1,000 tokens/s",
+        "step 100/1100 (9%): phase stable, loss 2.500, lr 1.00e-03, 1,000 tokens/s, 4 min left in the phase, 12 min "
+        "in the run",
+    ]
+
+
+def test_a_run_of_phases_plans_each_phase_once_it_has_measured_its_rate(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    phases = [{"name": "stable", "max_steps": 26}, {"name": "decay", "max_steps": 2}]  # a rate after 5 + 20 steps
+    settings = {"train.eval_every": 0, "checkpoint.save_every": 0, "train.log_every": 10}
+    with one_thread():
+        pretrain(phased(tiny_data, tmp_path / "run", phases, **settings))
+    plans = [line for line in capsys.readouterr().err.splitlines() if line.startswith("plan:")]
+    assert len(plans) == 1, plans  # the decay phase ends before it has a rate
+    assert plans[0].startswith("plan: phase stable (1 of 2) ends at step 26 by its max_steps in about "), plans
+    assert "; the run ends at step 28, after decay, in about " in plans[0]
 
 
 # ---------------------------------------------------------------------------------------------

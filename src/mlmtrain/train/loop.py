@@ -292,7 +292,9 @@ class Loop:
                     reporter.message(plan.line(meter.steps_per_s(), meter.steps_per_s() * meter.tokens_per_step()))
                     planned = True
                 total = plan.final_step if plan is not None else None
-                reporter.advance(state.step, self.shown_loss, result.lr, window.tokens_per_s(), total)
+                left = plan.left() if plan is not None else ""
+                name = budget.name_of(state)
+                reporter.advance(state.step, self.shown_loss, result.lr, window.tokens_per_s(), total, name, left)
                 # the step's figures stay on the device, read only where a line, an evaluation, a checkpoint or the
                 # end needs them: between those, the host queues steps without waiting
                 logs = state.step % phase.train.log_every == 0
