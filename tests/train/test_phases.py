@@ -20,6 +20,8 @@ import yaml
 
 from mlmtrain.cli.app import main
 from mlmtrain.config import Config, load_config
+from mlmtrain.report.page import check_runs
+from mlmtrain.report.rundata import load_run
 from mlmtrain.runtime.progress import Reporter
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train.budget import Budget
@@ -169,6 +171,19 @@ def test_a_phase_that_sets_optim_decay_decays_and_the_phases_after_it_stay_at_th
     low = 0.1 * PEAK
     assert [lr[step] for step in range(5, 9)] == pytest.approx([low + (PEAK - low) * (1 - t / 4) for t in range(4)])
     assert [lr[9], lr[10]] == pytest.approx([low, low])
+
+
+def test_report_check_passes_on_a_run_of_phases(phased_run: Path, capsys: pytest.CaptureFixture) -> None:
+    failed = check_runs([phased_run], ["report.tokens_per_param=0.1"])  # a tiny run is short of tokens by design
+    said = capsys.readouterr().out
+    assert not failed and "note:" not in said, said
+    assert "warm-up takes 2 of 14 steps" in said and "in phase decay" in said
+    phases = load_run(phased_run).phases
+    assert [(p.name, p.steps, p.tokens, p.seq_lens, p.mlm_probabilities) for p in phases] == [
+        ("stable", 6, 6 * 8 * 32, [32], [0.3]),
+        ("long", 4, 4 * 8 * 64, [64], [0.3]),
+        ("decay", 4, 4 * 8 * 32, [32], [0.15]),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
