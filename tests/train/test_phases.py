@@ -173,6 +173,19 @@ def test_a_phase_that_sets_optim_decay_decays_and_the_phases_after_it_stay_at_th
     assert [lr[9], lr[10]] == pytest.approx([low, low])
 
 
+def test_a_phase_probes_at_its_own_cadence(tiny_data: Path, tmp_path: Path) -> None:
+    for split, count in (("train", 12), ("valid", 6), ("test", 6)):  # a task of two labels, its words the corpus's
+        rows = [{"text": f"the quick fox {'jumps' if i % 2 else 'sleeps'} here", "label": i % 2} for i in range(count)]
+        (tmp_path / "task").mkdir(exist_ok=True)
+        (tmp_path / "task" / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    phases = [{"name": "stable", "max_steps": 4}, {"name": "decay", "max_steps": 4, "set": {"probe.every": 2}}]
+    probe = {"probe.task": str(tmp_path / "task"), "probe.every": 4, "probe.max_length": 16, "probe.batch_size": 6}
+    run_dir = tmp_path / "run"
+    with one_thread():
+        pretrain(phased(tiny_data, run_dir, phases, **probe, **{"train.eval_every": 0, "checkpoint.save_every": 0}))
+    assert [line["step"] for line in metrics(run_dir) if "probe_seconds" in line] == [4, 6, 8]
+
+
 def test_report_check_passes_on_a_run_of_phases(phased_run: Path, capsys: pytest.CaptureFixture) -> None:
     failed = check_runs([phased_run], ["report.tokens_per_param=0.1"])  # a tiny run is short of tokens by design
     said = capsys.readouterr().out
