@@ -219,6 +219,22 @@ def test_a_run_stopped_at_a_boundary_or_inside_a_phase_resumes_to_the_same_losse
     assert ckpt.recorded_step(kept) == 6  # kept on the resume, when the stop came before
 
 
+def test_a_finished_run_of_phases_trains_further_in_a_phase_added_to_its_config(
+    phased_run: Path, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run_dir = Path(shutil.copytree(phased_run, tmp_path / "run", symlinks=True))
+    capsys.readouterr()
+    with one_thread():
+        pretrain(load_config(run_dir / "mlmtrain.yaml"), "auto")
+    assert "nothing to train: raise the last phase's budget, or add a phase, in the config" in capsys.readouterr().err
+    more = [*PHASES, {"name": "more", "max_steps": 2, "set": {"masking.mlm_probability": 0.2}}]
+    with one_thread():
+        pretrain(phased(tiny_data, run_dir, more), "auto")
+    lines = training_lines(run_dir)
+    assert [(lines[step]["phase"], lines[step]["mlm_probability"]) for step in (15, 16)] == [("more", 0.2)] * 2
+    assert ckpt.recorded_step(ckpt.checkpoints_dir(run_dir) / "phase-more") == 16
+
+
 @pytest.mark.slow
 def test_kill_9_at_a_phase_boundary_and_inside_a_phase_then_resume_gives_the_same_losses(
     phased_run: Path, tiny_data: Path, tmp_path: Path

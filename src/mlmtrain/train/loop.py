@@ -154,9 +154,14 @@ def _run(run: ResolvedRun, ctx: DistContext, task: Optional[Task]) -> Path:
     if resume_from is not None and setup.budget.finished(setup.state):  # nothing left: write nothing
         if ctx.is_main:
             spent = setup.budget.spent(setup.state)
+            further = (
+                "raise the last phase's budget, or add a phase, in the config"
+                if cfg.phases
+                else "raise that budget with --set"
+            )
             say(
                 f"{resume_from} (step {setup.state.step}) has already spent the run's budget ({', '.join(spent)}); "
-                "nothing to train: raise that budget with --set to train further"
+                f"nothing to train: {further} to train further"
             )
         return resume_from
     # evaluations and probes as the state's phase sets them (its blocks' length; a run without phases: the run's)
