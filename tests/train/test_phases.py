@@ -19,13 +19,14 @@ import torch
 import yaml
 
 from mlmtrain.cli.app import main
-from mlmtrain.config import Config, load_config
+from mlmtrain.config import Config, load_config, published_yaml
 from mlmtrain.report.page import check_runs
 from mlmtrain.report.rundata import load_run
 from mlmtrain.runtime.progress import Reporter
 from mlmtrain.train import checkpoint as ckpt
 from mlmtrain.train.budget import Budget
 from mlmtrain.train.loop import pretrain
+from mlmtrain.train.model_card import write_model_card
 from mlmtrain.train.plan import forecast
 from mlmtrain.train.step import TrainState
 
@@ -153,6 +154,19 @@ def test_each_phase_end_is_kept_past_keep_last_and_the_card_names_the_longest_le
     # the run's config is the one it was given, its phases in it; each phase's settings are in the checkpoints'
     saved = load_config(phased_run / "mlmtrain.yaml")
     assert saved.masking.mlm_probability == 0.15 and [p.name for p in saved.phases] == ["stable", "long", "decay"]
+
+
+def test_a_phase_of_other_training_text_is_published_by_its_name(
+    phased_run: Path, tiny_data: Path, tmp_path: Path
+) -> None:
+    books = tmp_path / "private" / "books.txt"
+    phases = [*PHASES[:2], {**PHASES[2], "set": {**PHASES[2]["set"], "data.train": str(books)}}]
+    cfg = phased(tiny_data, tmp_path / "run", phases)
+    assert yaml.safe_load(published_yaml(cfg))["phases"][2]["set"]["data.train"] == "books.txt"
+    folder = Path(shutil.copytree(ckpt.checkpoints_dir(phased_run) / "step-14", tmp_path / "step-14"))
+    card = write_model_card(folder, cfg, 14, {"tokens": 4608}, {"train_state": {"phase": 2}}, phased_run).read_text()
+    assert "- training: `train.txt` in phase stable; `train.txt` in phase long; `books.txt` in phase decay\n" in card
+    assert str(tmp_path) not in card
 
 
 def test_a_phase_that_sets_optim_decay_decays_and_the_phases_after_it_stay_at_the_end(

@@ -101,9 +101,10 @@ def _records_up_to(path: Path, step: int) -> list[dict[str, Any]]:
 
 
 def hub_datasets(cfg: Config) -> list[str]:
-    """The hub datasets (hf:NAME...) the model was trained or validated on, for the card's `datasets`."""
+    """The hub datasets (hf:NAME...) the model was trained or validated on (a phase's too), for the card's
+    `datasets`."""
     names: list[str] = []
-    for source in (cfg.data.train, cfg.data.validation):
+    for source in (cfg.data.train, cfg.data.validation, *(phase.set.get("data.train") for phase in cfg.phases)):
         for entry in [source] if isinstance(source, str) else source or []:
             if entry.startswith("hf:"):
                 name = parse_hub_spec(entry)[0]
@@ -237,10 +238,10 @@ def _data_section(cfg: Config, records: list[dict[str, Any]], state: dict[str, A
     lengths = {phase_cfg.data.seq_len for _, phase_cfg in phases} or {cfg.data.seq_len}
     lengths |= {r["seq_len"] for r in records if "loss" in r and isinstance(r.get("seq_len"), int)}  # resumed longer
     longest = f"- longest trained length: {max(lengths)} tokens\n" if phases or len(lengths) > 1 else ""
-    return (
-        f"## Data\n\n- training: {_sources('data.train', cfg.data.train)}\n- validation: {validation}\n"
-        f"- {blocks}, {packing}\n{longest}"
-    )
+    training = _sources("data.train", cfg.data.train)
+    if any(phase_cfg.data.train != cfg.data.train for _, phase_cfg in phases):  # a phase of its own training text
+        training = "; ".join(f"{_sources('data.train', c.data.train)} in phase {name}" for name, c in phases)
+    return f"## Data\n\n- training: {training}\n- validation: {validation}\n- {blocks}, {packing}\n{longest}"
 
 
 def _phases_so_far(cfg: Config, state: dict[str, Any]) -> list[tuple[str, Config]]:
