@@ -244,6 +244,8 @@ def test_a_finished_run_of_phases_trains_further_in_a_phase_added_to_its_config(
     more = [*PHASES, {"name": "more", "max_steps": 2, "set": {"masking.mlm_probability": 0.2}}]
     with one_thread():
         pretrain(phased(tiny_data, run_dir, more), "auto")
+    said = capsys.readouterr().err
+    assert "(phases: stable, long, decay -> stable, long, decay, more (names, budgets or set:))" in said, said
     lines = training_lines(run_dir)
     assert [(lines[step]["phase"], lines[step]["mlm_probability"]) for step in (15, 16)] == [("more", 0.2)] * 2
     assert ckpt.recorded_step(ckpt.checkpoints_dir(run_dir) / "phase-more") == 16
