@@ -659,3 +659,91 @@ def test_a_page_or_its_pngs_inside_a_checkpoint_are_refused(finished_run: Path, 
     code, lines = run_cli(capsys, "report", str(finished_run), "--out", str(finished_run / "r.html"))
     assert code == 0, lines
     assert (finished_run / "r.html").is_file()
+
+
+# ---------------------------------------------------------------------------------------------
+# A run of phases over a data mixture, written by hand in the formats pretrain writes
+
+
+def phased_spec() -> dict[str, Any]:
+    """The healthy run in three phases: stable (steps 1-1200, blocks of 128, 30 % masks), long (to 1600, blocks of
+    512: twice the tokens a step, its losses 1.6x higher), decay (to 2000, 15 % masks, lower losses); two sources
+    drawn 70/30, then 20/80 in the decay, their cumulative tokens in each training line (`source_tokens`)."""
+    spec = healthy_spec()
+    per_step = {"stable": 100_000, "long": 200_000, "decay": 100_000}
+    shares = {
+        "stable": {"web": 0.7, "books": 0.3},
+        "long": {"web": 0.7, "books": 0.3},
+        "decay": {"web": 0.2, "books": 0.8},
+    }
+    level = {"stable": 1.0, "long": 1.6, "decay": 0.8}
+    tokens, drawn = 0, {"web": 0.0, "books": 0.0}
+    at_step = {}
+    for line in spec["train"]:
+        phase = "stable" if line["step"] <= 1200 else "long" if line["step"] <= 1600 else "decay"
+        tokens += 10 * per_step[phase]  # a line every 10 steps
+        for source, share in shares[phase].items():
+            drawn[source] += 10 * per_step[phase] * share
+        length, rate = (512 if phase == "long" else 128), (0.15 if phase == "decay" else 0.3)
+        line.update(tokens=tokens, loss=line["loss"] * level[phase], phase=phase, seq_len=length, mlm_probability=rate)
+        line["source_tokens"] = dict(drawn)
+        at_step[line["step"]] = line
+    for line in spec["evals"]:
+        train = at_step[line["step"]]
+        line.update(tokens=train["tokens"], phase=train["phase"], seq_len=train["seq_len"])
+        line["eval_loss"] *= level[train["phase"]] if train["phase"] == "long" else 1.0  # at another length
+    spec["config"]["train"]["max_steps"] = None
+    spec["config"]["phases"] = [
+        {"name": "stable", "max_steps": 1200},
+        {"name": "long", "max_tokens": 80_000_000, "set": {"data.seq_len": 512}},
+        {"name": "decay", "max_steps": 400, "set": {"data.seq_len": 128, "masking.mlm_probability": 0.15}},
+    ]
+    spec["mixture"] = {"": {"web": 0.7, "books": 0.3}, "decay": {"web": 0.2, "books": 0.8}}
+    return spec
+
+
+def test_a_run_of_phases_is_judged_phase_by_phase_and_its_page_shows_the_phases_and_the_mixture(
+    tmp_path: Path, capsys: Any
+) -> None:
+    spec = phased_spec()
+    folder = write_run(tmp_path / "run", spec)
+    (folder / "run.json").write_text(json.dumps({"mixture": spec["mixture"]}))
+    run = load_run(folder)
+    assert run.notes == []  # the phase names and source counts are read, not skipped as numbers that are not
+    assert [(p.name, p.start_step, p.end_step, p.tokens, p.seq_lens) for p in run.phases] == [
+        ("stable", 0, 1200, 120_000_000, [128]),
+        ("long", 1200, 1600, 80_000_000, [512]),
+        ("decay", 1600, 2000, 40_000_000, [128]),
+    ]
+    assert report.phase_boundaries(run, "steps") == [(1200.0, "long"), (1600.0, "decay")]
+    assert report.phase_boundaries(run, "tokens") == [(120_000_000.0, "long"), (200_000_000.0, "decay")]
+    # a jump in the loss where a phase begins is no spike and no divergence; plateau and warm-up count by phases
+    verdicts = verdicts_of(folder)
+    assert {name: v.status for name, v in verdicts.items()} == {name: health.OK for name in verdicts}, verdicts
+    assert verdicts["warm-up"].message == "warm-up takes 100 of 2,000 steps (5.0%)"
+    assert verdicts["tokens per parameter"].message == "the run plans 240.0 tokens per parameter"
+    assert report.check_runs([folder]) is False
+    assert "not numbers" not in capsys.readouterr().out
+
+    page = read_page(report.write_report([folder]))
+    assert page.says("stable", "0 to 1,200", "120,000,000", "long", "1,200 to 1,600", "512", "decay", "0.15")
+    rows = report.mixture_rows(run)
+    assert rows[:2] == [
+        ["stable", "web", "84,000,000", "70.0%", "70.0%"],
+        ["stable", "books", "36,000,000", "30.0%", "30.0%"],
+    ]
+    assert rows[4:] == [
+        ["decay", "web", "8,000,000", "20.0%", "20.0%"],
+        ["decay", "books", "32,000,000", "80.0%", "80.0%"],
+    ]
+    assert page.says("data mixture", "tokens drawn", "target share")
+    for slug in ("train-loss", "eval-loss", "learning-rate"):  # each curve marks where long and decay begin
+        assert {"long", "decay"} <= set(page.figures[slug]["text"]), slug
+
+    # the same losses judged as one phase: the jump where long begins is a spike, and the run diverged
+    for line in spec["train"] + spec["evals"]:
+        line.pop("phase")
+    spec["config"].pop("phases")
+    spec["config"]["train"]["max_steps"] = 2000
+    flat = verdicts_of(write_run(tmp_path / "flat", spec))
+    assert flat["loss spikes"].status == health.FAIL

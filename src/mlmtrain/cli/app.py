@@ -427,11 +427,13 @@ def config_show(config: Optional[Path] = ConfigOption, overrides: list[str] = Se
 
 @config_app.command(cls=_Command, name="fields")
 def config_fields() -> None:
-    """List every config key with its default (as YAML writes it), its meaning and the rule its value must meet."""
-    from mlmtrain.config import describe_fields
+    """List every config key with its default (as YAML writes it), its meaning, the rule its value must meet and
+    whether a phase may set it; then `phases:` and a phase's own keys."""
+    from mlmtrain.config import PHASE_KEYS, describe_fields, describe_phases
 
-    for key, default, help_text, check in describe_fields():
-        typer.echo(f"{key}: {default}" + (f"    ({check})" if check else "") + f"\n    {help_text}")
+    for key, default, help_text, check in [*describe_fields(), *describe_phases()]:
+        rules = "; ".join(rule for rule in (check, "a phase may set it" if key in PHASE_KEYS else "") if rule)
+        typer.echo(f"{key}: {default}" + (f"    ({rules})" if rules else "") + f"\n    {help_text}")
 
 
 def _normalise_argv(argv: list[str]) -> list[str]:

@@ -34,7 +34,7 @@ from mlmtrain.config.loading import (
 )
 from mlmtrain.config.model import DistillConfig, ElectraConfig, ModelConfig
 from mlmtrain.config.outputs import ProbeConfig, ReportConfig
-from mlmtrain.config.phases import PHASE_KEYS, PhaseConfig
+from mlmtrain.config.phases import PHASE_KEYS, PhaseConfig, decaying_phase, describe_phases
 from mlmtrain.config.published import (
     MDS_PREFIX,
     PATH_KEYS,
@@ -92,7 +92,9 @@ __all__ = [
     "at_least",
     "config_from_dict",
     "config_with",
+    "decaying_phase",
     "describe_fields",
+    "describe_phases",
     "field_default",
     "flatten",
     "load_config",

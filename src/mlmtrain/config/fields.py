@@ -6,6 +6,7 @@ with `setting`, `trains`, `quiet` and `health`.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -120,6 +121,15 @@ def check_fields(section: str, values: Any) -> None:
         check, value = found.metadata["check"], getattr(values, found.name)
         if check is not None and value is not None and not check.holds(value):
             raise UserError("config", f"{section}.{found.name} {check.says} (got {shown(value)})")
+
+
+def suggest(name: str, options: list[str], prefix: str = "", listing: str = "known keys") -> str:
+    """The close match among `options` for a mistyped `name`, as a message's tail ("; did you mean ..."), else them
+    all (`listing` names them)."""
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean '{prefix}{close[0]}'?"
+    return f"; {listing}: {', '.join(prefix + o for o in options)}"
 
 
 def require(ok: bool, key: str, message: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import math
 import types
 import typing
@@ -14,6 +13,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from mlmtrain.config.fields import suggest
 from mlmtrain.config.phases import BUDGETS, check_phase_key, check_whole_run, read_phases
 from mlmtrain.config.published import published_yaml
 from mlmtrain.config.schema import SECTIONS, Config, other_objectives_sections, section_fields
@@ -48,13 +48,6 @@ def read_yaml(path: Union[str, Path]) -> dict[str, Any]:
             "config", f"{path} must hold a mapping of sections (data:, model:, ...), not a {type(loaded).__name__}"
         )
     return loaded
-
-
-def _suggest(name: str, options: list[str], prefix: str = "") -> str:
-    close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
-    if close:
-        return f"; did you mean '{prefix}{close[0]}'?"
-    return f"; known keys: {', '.join(prefix + o for o in options)}"
 
 
 def apply_override(tree: dict[str, Any], assignment: str) -> None:
@@ -171,7 +164,7 @@ def _build_section(name: str, cls: type, values: Any) -> Any:
     for key, value in values.items():
         if key not in known:
             where = shown(f"{name}.{key}")  # a key may be megabytes long: quoted short
-            raise UserError("config", f"unknown key {where}{_suggest(str(key)[:100], known, name + '.')}")
+            raise UserError("config", f"unknown key {where}{suggest(str(key)[:100], known, name + '.')}")
         ok, coerced = _coerce(value, hints[key])
         if not ok:
             raise UserError("config", f"{name}.{key} must be {_type_name(hints[key])} (got {_got(value)})")
@@ -187,13 +180,13 @@ def config_from_dict(tree: dict[str, Any]) -> Config:
     """A validated Config from a nested dict of sections (and `phases:`, a list: config/phases.py)."""
     for name in tree:
         if name not in (*SECTIONS, "phases"):
-            raise UserError("config", f"unknown section {shown(str(name))}{_suggest(str(name)[:100], list(SECTIONS))}")
+            raise UserError("config", f"unknown section {shown(str(name))}{suggest(str(name)[:100], list(SECTIONS))}")
     hints = typing.get_type_hints(Config)
     config = Config(**{name: _build_section(name, hints[name], tree.get(name)) for name in SECTIONS})
     config.stated = frozenset(f"{name}.{key}" for name in SECTIONS for key in tree.get(name) or {})
     config.phases = read_phases(tree.get("phases"))
     stated_budgets = {key: getattr(config.train, key) for key in BUDGETS if f"train.{key}" in config.stated}
-    check_whole_run(stated_budgets, config.optim.schedule, config.phases)
+    check_whole_run(stated_budgets, config.optim.schedule, config.optim.decay, config.phases)
     if (config.train.max_flops is not None or config.phases) and "train.max_steps" not in config.stated:
         config.train.max_steps = None  # a FLOP budget, or phases, replace the default step budget
     for section, owner in other_objectives_sections(config.train.objective).items():
@@ -204,7 +197,9 @@ def config_from_dict(tree: dict[str, Any]) -> Config:
                 f"set train.objective: {owner}, or drop the {section} section",
             )
     config.validate()
-    phase_configs(config)  # each phase's settings are keys a phase may set, and make a valid config
+    # each phase's settings are keys a phase may set and make a valid config; each is kept as its key holds it
+    for phase, phase_config in zip(config.phases, phase_configs(config), strict=True):
+        phase.set = {dotted: phase_config.value(dotted) for dotted in phase.set}
     return config
 
 

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from mlmtrain.config.fields import DURATION, above, at_least, parse_duration
+from mlmtrain.config.fields import DURATION, above, at_least, parse_duration, suggest
 from mlmtrain.errors import UserError, shown
 
 BUDGETS = ("max_steps", "max_tokens", "max_time", "max_flops")  # a phase's budget: one of these, as train's mean
@@ -29,9 +29,6 @@ PHASE_KEYS = frozenset(
         "data.shuffle_buffer",
         "model.global_rope_theta",
         "model.local_rope_theta",
-        "model.dropout",
-        "model.hidden_dropout",
-        "model.attention_dropout",
         "optim.lr",
         "optim.weight_decay",
         "optim.beta1",
@@ -124,27 +121,40 @@ def check_phase_key(phase: str, dotted: Any, known: set[str]) -> None:
     """UserError unless `dotted` is a config key (`known`: every section.key) that may change within a run."""
     where = f"phases: {phase}: set"
     if not isinstance(dotted, str) or dotted not in known:
+        close = suggest(str(dotted)[:100], sorted(PHASE_KEYS), listing="a phase sets")
+        raise UserError("config", f"{where}: unknown key {shown(dotted)}{close}")
+    section, key = dotted.split(".")
+    if section == "train" and key in BUDGETS:
         raise UserError(
-            "config", f"{where}: unknown key {shown(dotted)}; a phase sets config keys such as data.seq_len"
+            "config",
+            f"{where}: {dotted} is a budget, and a phase has one of its own: write {key}: beside the phase's name "
+            "and set:, not in set:",
         )
     if dotted not in PHASE_KEYS:
         raise UserError(
             "config",
-            f"{where}: {dotted} cannot change within a run (the model's shape, the tokenizer, the objective, the "
-            f"budgets and the folders are the run's); set it for the whole run, or start a new run from a phase's "
-            "checkpoint with --branch-from",
+            f"{where}: {dotted} cannot change within a run (the model, its dropout, the tokenizer, the objective and "
+            "the folders are the run's); set it for the whole run, outside phases (`mlmtrain config fields` marks "
+            "the keys a phase may set)",
         )
 
 
-def check_whole_run(budgets: dict[str, Any], schedule: str, phases: list[PhaseConfig]) -> None:
+def check_whole_run(budgets: dict[str, Any], schedule: str, decay: bool, phases: list[PhaseConfig]) -> None:
     """UserError for a train budget beside phases (`budgets`: those the config states, by key; one stated null, as a
-    saved config states it, passes: phases set the run's length), and for a schedule that needs one budget for the
-    whole run when the phases count in different units."""
+    saved config states it, passes: phases set the run's length), for optim.decay set for the whole run (`decay`:
+    with phases, the decay is one phase's), and for a schedule that needs one budget for the whole run when the
+    phases count in different units."""
     if not phases:
         return
     for key, value in budgets.items():
         if value is not None:
             raise UserError("config", f"train.{key} is set beside phases, and {_LENGTH}; drop train.{key}")
+    if decay:
+        raise UserError(
+            "config",
+            "optim.decay is true for the whole run, and with phases the decay is one phase's: set optim.decay: true in "
+            f"the set: of the phase that decays (without one, the last phase, {phases[-1].name}, does)",
+        )
     units = {phase.budget[0] for phase in phases}
     if schedule in ("linear", "cosine", "one-cycle") and len(units) > 1:
         raise UserError(
@@ -152,3 +162,41 @@ def check_whole_run(budgets: dict[str, Any], schedule: str, phases: list[PhaseCo
             f"optim.schedule {schedule} spans the whole run, and the phases count it in {', '.join(sorted(units))}; "
             "give every phase the same kind of budget, or set optim.schedule: wsd (its decay is the decay phase's)",
         )
+
+
+def decaying_phase(phases: list[PhaseConfig]) -> int:
+    """The phase optim.schedule wsd decays over: the first whose settings in force (its set: and those before it)
+    hold optim.decay: true, else the last."""
+    settings: dict[str, Any] = {}
+    for index, phase in enumerate(phases):
+        settings = {**settings, **phase.set}
+        if settings.get("optim.decay"):
+            return index
+    return len(phases) - 1
+
+
+def describe_phases() -> list[tuple[str, str, str, str]]:
+    """(key, default, help, its check or "") of `phases:` and a phase's own keys, as `describe_fields` gives a
+    section's, for `config fields`."""
+    budgets = [
+        (f"phases[].{key}", "null", f"the phase's budget, counted from its start as train.{key} counts", check.says)
+        for key, check in _CHECKS.items()
+    ]
+    return [
+        (
+            "phases",
+            "null",
+            "the run in parts, in order, each with one budget and its settings (train's budgets stay null); each "
+            "phase's end is kept as checkpoints/phase-NAME",
+            f"each a name, exactly one budget of {', '.join(BUDGETS)}, and set",
+        ),
+        ("phases[].name", "null", "the phase's name, in metrics.jsonl and its checkpoint's folder", "must be unique"),
+        *budgets,
+        (
+            "phases[].set",
+            "{}",
+            "section.key: value over the config and the phases before it, for the keys marked 'a phase may set it'; "
+            "with optim.schedule wsd the phase that sets optim.decay: true decays (without one, the last)",
+            "",
+        ),
+    ]

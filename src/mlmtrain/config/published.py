@@ -70,12 +70,16 @@ def records_setting(key: str, saved: Any, value: Any) -> bool:
 
 
 def published_settings(config: Config) -> dict[str, Any]:
-    """`config.to_dict()` with every local path by its name (`published_value`): what a checkpoint holds."""
+    """`config.to_dict()` with every local path by its name (`published_value`), a phase's settings' too: what a
+    checkpoint holds."""
     tree = config.to_dict()
     for dotted in PATH_KEYS:
         section, key = dotted.split(".")
         if section in tree:
             tree[section][key] = published_value(dotted, tree[section][key])
+    for phase in tree.get("phases", []):
+        if "set" in phase:
+            phase["set"] = {dotted: published_value(dotted, value) for dotted, value in phase["set"].items()}
     return tree
 
 

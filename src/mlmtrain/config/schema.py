@@ -15,7 +15,7 @@ from mlmtrain.config.data import DataConfig, MaskingConfig, TokenizerConfig
 from mlmtrain.config.fields import check_fields, require
 from mlmtrain.config.model import DistillConfig, ElectraConfig, ModelConfig
 from mlmtrain.config.outputs import ProbeConfig, ReportConfig
-from mlmtrain.config.phases import PhaseConfig
+from mlmtrain.config.phases import BUDGETS, PhaseConfig, decaying_phase
 from mlmtrain.config.training import CheckpointConfig, OptimConfig, TrainConfig
 from mlmtrain.config.urls import cached_copy, is_remote, local_path
 
@@ -39,11 +39,15 @@ class Config:
     # the `section.key`s the YAML file and the overrides state (`config_from_dict`); not a section
     stated: ClassVar[frozenset[str]] = frozenset()
 
+    def value(self, dotted: str) -> Any:
+        """The value of `section.key`."""
+        section, key = dotted.split(".")
+        return getattr(getattr(self, section), key)
+
     def set_by_user(self, dotted: str) -> bool:
         """Whether the user chose `section.key`: stated in the file or an override, even at its default value, or
         (a Config built in Python) set to a value other than its default."""
-        section, key = dotted.split(".")
-        return dotted in self.stated or getattr(getattr(self, section), key) != field_default(section, key)
+        return dotted in self.stated or self.value(dotted) != field_default(*dotted.split("."))
 
     def validate(self) -> None:
         for section in SECTIONS:  # each key's own check, then each section's rules between its keys
@@ -189,7 +193,24 @@ class Config:
         return tree
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        """The config as a YAML file writes it; with phases, comment lines after them say what each trains under."""
+        return yaml.safe_dump(self.to_dict(), sort_keys=False) + self.phases_in_force()
+
+    def phases_in_force(self) -> str:
+        """Comment lines for the end of the YAML: each phase's budget and the settings it trains under, its own
+        set: and those of the phases before it (config/phases.py), as resolved; "" without phases."""
+        if not self.phases:
+            return ""
+        lines = ["# each phase trains under the config above with its set: and those of the phases before it:"]
+        decaying = decaying_phase(self.phases) if self.optim.schedule == "wsd" else None
+        settings: dict[str, Any] = {}
+        for index, phase in enumerate(self.phases):
+            settings = {**settings, **phase.set}
+            key = next(key for key in BUDGETS if getattr(phase, key) is not None)
+            budget = f"{key} {yaml_value(getattr(phase, key))}" + ("; wsd decays here" if index == decaying else "")
+            in_force = ", ".join(f"{dotted} {yaml_value(value)}" for dotted, value in settings.items())
+            lines.append(f"#   {phase.name} ({budget}): {in_force or 'no setting'}")
+        return "\n".join(lines) + "\n"
 
 
 SECTIONS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config) if f.metadata.get("section", True))

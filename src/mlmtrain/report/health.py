@@ -15,7 +15,7 @@ import numpy as np
 
 from mlmtrain.config import ReportConfig, apply_override, config_from_dict, parse_duration
 from mlmtrain.errors import UserError
-from mlmtrain.report.rundata import Run
+from mlmtrain.report.rundata import Run, Series
 
 OK, FAIL, UNKNOWN = "ok", "FAIL", "n/a"
 _NO_FIGURE = "no store found, or one written by an older mlmtrain"
@@ -40,6 +40,38 @@ def smooth(values: np.ndarray) -> np.ndarray:
         norm = weight * norm + (1.0 - weight)
         out[i] = mean / norm
     return out
+
+
+_COUNTED = ("max_steps", "max_tokens", "max_time", "max_flops")  # a phase's budget: one of these
+
+
+def _by_phase(run: Run, series: Series) -> list[Series]:
+    """`series` cut at the run's phase boundaries (config phases:): a phase's masking, lengths and data set the level
+    of its losses; the whole series for a run without phases."""
+    if not run.phased:
+        return [series]
+    return [_part(series, phase.holds(series.step)) for phase in run.phases]
+
+
+def _in_last_phase(run: Run, series: Series) -> Series:
+    """The points of `series` in the run's last phase (all of them without phases)."""
+    return _part(series, run.phases[-1].holds(series.step)) if run.phased else series
+
+
+def _at_last_length(run: Run, series: Optional[Series]) -> Optional[Series]:
+    """The finite evaluations of `series` at the block length of the last one (seq_len, logged with each; all where
+    the run logged none): evaluations at other lengths are not comparable."""
+    if series is None:
+        return None
+    finite, lengths = series.finite(), run.get("seq_len")
+    if lengths is None or not len(finite):
+        return finite
+    at = np.interp(finite.step, lengths.step, lengths.value)  # each evaluation's line logs its length at its step
+    return _part(finite, at == at[-1])
+
+
+def _part(series: Series, keep: np.ndarray) -> Series:
+    return Series(series.step[keep], series.tokens[keep], series.value[keep])
 
 
 def limits_for(run: Run, overrides: dict[str, Any]) -> ReportConfig:
@@ -81,11 +113,13 @@ def check_loss_spikes(run: Run, limits: ReportConfig) -> Verdict:
     loss = run.get("loss")
     if loss is None:
         return Verdict(name, UNKNOWN, "no training loss logged yet")
-    values, steps = loss.finite().value, loss.finite().step
-    # before[i] = the 20 values before line i (nan-padded at the start); judged from the 5th line on
-    before = np.lib.stride_tricks.sliding_window_view(np.concatenate([np.full(20, np.nan), values]), 20)
-    medians = np.nanmedian(before[5 : len(values)], axis=1) if len(values) > 5 else np.zeros(0)
-    spikes = [int(s) for s in steps[5:][values[5:] > limits.spike_factor * medians]]
+    spikes = []
+    for part in _by_phase(run, loss.finite()):  # a phase's masking, lengths and data set a level of its own
+        values, steps = part.value, part.step
+        # before[i] = the 20 values before line i (nan-padded at the start); judged from the 5th line on
+        before = np.lib.stride_tricks.sliding_window_view(np.concatenate([np.full(20, np.nan), values]), 20)
+        medians = np.nanmedian(before[5 : len(values)], axis=1) if len(values) > 5 else np.zeros(0)
+        spikes += [int(s) for s in steps[5:][values[5:] > limits.spike_factor * medians]]
     if spikes:
         shown = ", ".join(str(s) for s in spikes[:5]) + (" ..." if len(spikes) > 5 else "")
         return Verdict(
@@ -127,9 +161,10 @@ def check_nonfinite(run: Run, limits: ReportConfig) -> Verdict:
 def check_divergence(run: Run, limits: ReportConfig) -> Verdict:
     name = "divergence"
     loss = run.get("loss")
-    if loss is None or len(loss.finite()) < 2:
+    losses = _in_last_phase(run, loss.finite()) if loss is not None else None
+    if losses is None or len(losses) < 2:
         return Verdict(name, UNKNOWN, "too few training losses logged to judge")
-    smoothed = smooth(loss.finite().value)
+    smoothed = smooth(losses.value)
     low, last = float(smoothed.min()), float(smoothed[-1])
     if last > limits.divergence_factor * low:
         return Verdict(
@@ -138,17 +173,18 @@ def check_divergence(run: Run, limits: ReportConfig) -> Verdict:
             f"the smoothed loss rose to {last:.3f} from its minimum {low:.3f} (more than {limits.divergence_factor}x)",
             "lower optim.lr, keep optim.grad_clip > 0, and resume from a checkpoint before the rise",
         )
-    return Verdict(name, OK, f"smoothed loss {last:.3f}, minimum {low:.3f}")
+    within = f" in phase {run.phases[-1].name}" if run.phased else ""
+    return Verdict(name, OK, f"smoothed loss {last:.3f}, minimum {low:.3f}{within}")
 
 
 def check_plateau(run: Run, limits: ReportConfig) -> Verdict:
     name = "plateau"
-    evals = run.get("eval_loss")
+    evals = _at_last_length(run, run.get("eval_loss"))
     k = limits.plateau_evals
-    if evals is None or len(evals.finite()) <= k:
-        got = len(evals.finite()) if evals is not None else 0
+    if evals is None or len(evals) <= k:
+        got = len(evals) if evals is not None else 0
         return Verdict(name, UNKNOWN, f"needs more than {k} validation evaluations (has {got})")
-    values = evals.finite().value
+    values = evals.value
     best_before, best_recent = float(values[:-k].min()), float(values[-k:].min())
     if best_recent < best_before * (1 - 1e-3):
         return Verdict(name, OK, f"validation loss improved to {best_recent:.4f} within the last {k} evaluations")
@@ -181,9 +217,11 @@ def check_overfitting(run: Run, limits: ReportConfig) -> Verdict:
     evals, loss = run.get("eval_loss"), run.get("loss")
     if epochs < limits.overfit_epochs:
         return Verdict(name, OK, f"{epochs:.2f} passes over {corpus:,} training tokens")
-    if evals is None or loss is None or len(evals.finite()) < 2:
+    # a phase's masking and lengths set the level of both losses: the gap is compared within the last phase
+    evals, loss = (_in_last_phase(run, series.finite()) if series is not None else None for series in (evals, loss))
+    if evals is None or loss is None or len(evals) < 2 or not len(loss):
         return Verdict(name, UNKNOWN, f"{epochs:.1f} passes over the data, but too few evaluations to compare")
-    train, evals = loss.finite(), evals.finite()
+    train = loss
     gap = evals.value - np.interp(evals.step, train.step, smooth(train.value))
     growth = float(gap[-1] - gap.min())
     best = int(np.argmin(evals.value))
@@ -286,7 +324,10 @@ def _flops_per_step(run: Run) -> Optional[float]:
 
 def _planned_steps(run: Run) -> Optional[float]:
     """The run's length in steps: max_steps, or what max_tokens (max_flops) comes to at the logged tokens (FLOPs)
-    per step."""
+    per step; with phases, the sum of theirs (`_planned`)."""
+    if _phase_budgets(run):
+        planned = _planned(run)
+        return planned[0] if planned is not None else None
     steps, tokens = run.number("train", "max_steps"), run.number("train", "max_tokens")
     per_step = _tokens_per_step(run)
     candidates = [float(steps)] if steps else []
@@ -298,6 +339,40 @@ def _planned_steps(run: Run) -> Optional[float]:
     return min(candidates) if candidates else None  # the first budget reached ends the run
 
 
+def _phase_budgets(run: Run) -> list[tuple[str, str, float]]:
+    """(name, budget key, amount in steps, tokens, seconds or FLOPs) of each phase of the run's config; [] without
+    phases, or where one is unreadable (a damaged mlmtrain.yaml)."""
+    budgets = []
+    for phase in run.config.get("phases") if isinstance(run.config.get("phases"), list) else []:
+        found = [key for key in _COUNTED if isinstance(phase, dict) and phase.get(key) is not None]
+        if len(found) != 1:
+            return []
+        try:
+            amount = parse_duration(phase[found[0]]) if found[0] == "max_time" else float(phase[found[0]])
+        except (UserError, TypeError, ValueError):
+            return []
+        budgets.append((str(phase.get("name")), found[0], amount))
+    return budgets
+
+
+def _planned(run: Run) -> Optional[tuple[float, float]]:
+    """(steps, tokens) the run plans: with phases, each phase's budget at its logged tokens per step (the run's,
+    before it has lines); None when a budget is a time, or no rate is logged yet to turn it into steps."""
+    budgets, per_step, flops_per_step = _phase_budgets(run), _tokens_per_step(run), _flops_per_step(run)
+    if not budgets:
+        steps = _planned_steps(run)
+        return (steps, steps * per_step) if steps is not None and per_step is not None else None
+    logged = {phase.name: phase for phase in run.phases if phase.steps > 0}
+    steps = tokens = 0.0
+    for name, key, amount in budgets:
+        rate = logged[name].tokens / logged[name].steps if name in logged else per_step
+        if key == "max_time" or not rate or (key == "max_flops" and not flops_per_step):
+            return None
+        phase_steps = {"max_steps": amount, "max_tokens": amount / rate}.get(key) or amount / flops_per_step
+        steps, tokens = steps + phase_steps, tokens + phase_steps * rate
+    return steps, tokens
+
+
 def check_tokens_per_parameter(run: Run, limits: ReportConfig) -> Verdict:
     name = "tokens per parameter"
     base = run.setting("model", "init_from")
@@ -305,22 +380,22 @@ def check_tokens_per_parameter(run: Run, limits: ReportConfig) -> Verdict:
         return Verdict(name, UNKNOWN, f"the run continues {base} (model.init_from), which was pretrained already")
     if not run.parameters:
         return Verdict(name, UNKNOWN, "the model size is unknown until the first checkpoint")
-    planned, per_step = _planned_steps(run), _tokens_per_step(run)
-    if planned is not None and per_step is not None:
-        tokens, what = planned * per_step, "the run plans"
+    planned = _planned(run)
+    if planned is not None:
+        tokens, what = planned[1], "the run plans"
     elif run.last_tokens() > 0:
         tokens, what = run.last_tokens(), "the run has seen"
     else:  # nothing logged yet: no count to judge, not a count of zero
         return Verdict(name, UNKNOWN, "no token count logged yet")
     ratio = tokens / run.parameters
+    longer = "the phases' max_steps or max_tokens" if _phase_budgets(run) else "train.max_steps or train.max_tokens"
     if ratio < limits.tokens_per_param:
         return Verdict(
             name,
             FAIL,
             f"{what} {tokens:,.0f} tokens for {run.parameters:,} parameters: {ratio:.2f} per parameter "
             f"(fewest {limits.tokens_per_param:g})",
-            "train longer (train.max_steps or train.max_tokens) or choose a smaller model (model.hidden_size, "
-            "model.num_layers)",
+            f"train longer ({longer}) or choose a smaller model (model.hidden_size, model.num_layers)",
         )
     return Verdict(name, OK, f"{what} {ratio:,.1f} tokens per parameter")
 
@@ -352,7 +427,18 @@ def _budget_limits(run: Run) -> dict[str, float]:
 
 
 def _budget_spent(run: Run) -> bool:
-    """Whether the last logged line reached a budget of the run's config: the run ended there, not in the middle."""
+    """Whether the last logged line reached a budget of the run's config (with phases, the last phase's): the run
+    ended there, not in the middle."""
+    budgets = _phase_budgets(run)
+    if budgets:
+        name, key, amount = budgets[-1]
+        last = run.phases[-1] if run.phases else None
+        if last is None or last.name != name:
+            return False
+        steps = np.array([last.start_step, last.end_step], dtype=np.float64)
+        counted = {"max_steps": steps, "max_tokens": np.array([last.start_tokens, last.end_tokens])}
+        used = counted.get(key, run.interpolated("flops" if key == "max_flops" else "elapsed_s", steps))
+        return used is not None and float(used[1] - used[0]) >= amount * 0.99
     elapsed, flops = run.get("elapsed_s"), run.get("flops")
     used = {
         "max_steps": run.last_step(),

@@ -129,6 +129,8 @@ def draw_curve(curve: Curve, runs: list[Run], axis: str) -> Optional[Any]:
             drawn += 1
     if not drawn:
         return None
+    for index, run in enumerate(runs):
+        _draw_phase_boundaries(ax, run, axis, scale, f"C{index % 10}")
     ax.set_title(plain_text(curve.title), fontsize=10)
     ax.set_xlabel(
         {
@@ -146,6 +148,37 @@ def draw_curve(curve: Curve, runs: list[Run], axis: str) -> Optional[Any]:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return figure
+
+
+def phase_boundaries(run: Run, axis: str) -> list[tuple[float, str]]:
+    """(x on `axis`, name) of each point where a run's phase changes (config phases:): the last step of the phase
+    before, and the name of the phase that begins there."""
+    starts = [phase for phase in run.phases[1:] if phase.name]
+    steps = np.array([phase.start_step for phase in starts], dtype=np.float64)
+    if axis == "steps":
+        x: Optional[np.ndarray] = steps
+    elif axis == "tokens":
+        x = np.array([phase.start_tokens for phase in starts], dtype=np.float64)
+    else:
+        x = run.interpolated("flops", steps) if axis == "flops" else run.elapsed_at(steps)
+    return [] if x is None else [(float(at), phase.name) for at, phase in zip(x, starts, strict=True)]
+
+
+def _draw_phase_boundaries(ax: Any, run: Run, axis: str, scale: float, color: str) -> None:
+    """A dotted vertical line where each phase of `run` begins, with the phase's name beside it at the top."""
+    for x, name in phase_boundaries(run, axis):
+        at = x / scale if axis == "time" else x
+        ax.axvline(at, color=color, linestyle=":", linewidth=1.0, alpha=0.7)
+        ax.text(
+            at,
+            0.97,
+            plain_text(name),
+            transform=ax.get_xaxis_transform(),  # x in data, y in the axes' height: at the top whatever the values
+            color=color,
+            fontsize=7,
+            va="top",
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
+        )
 
 
 def _svg(figure: Any) -> str:
@@ -214,6 +247,43 @@ def summary_rows(run: Run) -> list[tuple[str, str]]:
     return rows
 
 
+def _listed_values(values: list[Any]) -> str:
+    return ", ".join(f"{value:g}" if isinstance(value, float) else str(value) for value in values) or "—"
+
+
+def phase_rows(run: Run) -> list[list[str]]:
+    """A row per phase of a run of phases: its name, the steps it trained (after its start, up to its end), their
+    count, its tokens, block length and masking rate."""
+    return [
+        [
+            phase.name,
+            f"{phase.start_step:,} to {phase.end_step:,}",
+            f"{phase.steps:,}",
+            f"{phase.tokens:,.0f}",
+            _listed_values(phase.seq_lens),
+            _listed_values(phase.mlm_probabilities),
+        ]
+        for phase in run.phases
+    ]
+
+
+def mixture_rows(run: Run) -> list[list[str]]:
+    """A row per phase ("" the whole run) and source of a data mixture: the tokens drawn from the source in the phase,
+    their share of the phase's, and the share the mixture aims at (run.json); [] for a run without a mixture."""
+    rows = []
+    for phase in run.phases:
+        targets = run.target_shares(phase.name)
+        total = sum(phase.drawn.values())
+        for source in dict.fromkeys([*phase.drawn, *targets]):
+            drawn = phase.drawn.get(source)
+            share = f"{drawn / total:.1%}" if drawn is not None and total > 0 else "—"
+            target = f"{targets[source]:.1%}" if source in targets else "—"
+            rows.append(
+                [phase.name or "(the run)", source, f"{drawn:,.0f}" if drawn is not None else "—", share, target]
+            )
+    return rows
+
+
 def config_differences(runs: list[Run]) -> list[tuple[str, list[str]]]:
     """(key, value per run) for each configuration key whose value is not the same in every run."""
     flat = [flatten(run.config) for run in runs]
@@ -279,6 +349,24 @@ def _summary_section(runs: list[Run]) -> str:
     return "\n".join(parts)
 
 
+def _phases_section(runs: list[Run]) -> str:
+    """Each run's phases (config phases:) and, with a data mixture, each source's drawn share against its target;
+    nothing for runs with neither."""
+    parts = []
+    for run in runs:
+        if run.phased:
+            parts.append(f"<h3>{_e(run.name)}: phases</h3>")
+            parts.append(_table(["phase", "steps", "count", "tokens", "seq_len", "mlm_probability"], phase_rows(run)))
+        mixture = mixture_rows(run)
+        if mixture:
+            parts.append(
+                f"<h3>{_e(run.name)}: data mixture</h3><p class='muted'>The tokens drawn from each source in each "
+                "phase (source_tokens in metrics.jsonl), and the share the mixture aims at (run.json).</p>"
+            )
+            parts.append(_table(["phase", "source", "tokens drawn", "drawn share", "target share"], mixture))
+    return "\n".join(["<h2>Phases and data</h2>", *parts]) if parts else ""
+
+
 def _scorecard_section(runs: list[Run]) -> str:
     """Each run's newest scorecard (`probe --suite` on one of its checkpoints), in percent; nothing without one."""
     parts = []
@@ -333,6 +421,7 @@ def build_page(runs: list[Run], axis: str, overrides: dict[str, Any], png_dir: O
         f"({_e(other_axes)} for the others).</p>",
         _health_section(runs, [run_checks(run, overrides) for run in runs]),
         _summary_section(runs),
+        _phases_section(runs),
         _scorecard_section(runs),
         _config_section(runs),
         "<h2>Curves</h2>",

@@ -41,6 +41,34 @@ class Series:
 
 
 @dataclass
+class PhaseSpan:
+    """One phase of a run as its training lines show it (config phases:; a run without phases is one, named ""):
+    the steps after `start_step` up to `end_step`, the tokens counted at both, the block lengths and masking rates
+    its lines logged, and the tokens drawn from each source of a data mixture in it (`source_tokens`)."""
+
+    name: str
+    start_step: int  # the last step of the phase before (0 for a run's first); a branch's first: its first line's
+    end_step: int
+    start_tokens: float
+    end_tokens: float
+    seq_lens: list[int] = field(default_factory=list)
+    mlm_probabilities: list[float] = field(default_factory=list)
+    drawn: dict[str, float] = field(default_factory=dict)  # source: tokens drawn in the phase
+
+    @property
+    def steps(self) -> int:
+        return self.end_step - self.start_step
+
+    @property
+    def tokens(self) -> float:
+        return self.end_tokens - self.start_tokens
+
+    def holds(self, steps: np.ndarray) -> np.ndarray:
+        """Which of `steps` the phase trained (after its start, up to its end)."""
+        return (steps > self.start_step) & (steps <= self.end_step)
+
+
+@dataclass
 class Run:
     """What one run folder holds, with what is missing said in `notes`."""
 
@@ -54,6 +82,18 @@ class Run:
     notes: list[str] = field(default_factory=list)
     scorecard: Optional[tuple[int, dict[str, Any]]] = None  # (step, record) of the newest checkpoint that has one
     curves: list[Curve] = field(default_factory=list)  # the curves its objective declares (run.json)
+    phases: list[PhaseSpan] = field(default_factory=list)  # in order; [] before the first training line
+    mixture: dict[str, dict[str, float]] = field(default_factory=dict)  # run.json: phase ("" the run) -> targets
+
+    @property
+    def phased(self) -> bool:
+        """Whether the run trained in phases (config phases:), as its metrics lines name them."""
+        return any(phase.name for phase in self.phases)
+
+    def target_shares(self, phase: str) -> dict[str, float]:
+        """The share of each source a data mixture aims at in `phase` (run.json's, the run's own under ""); {} when
+        the run has no mixture."""
+        return self.mixture.get(phase) or self.mixture.get("") or {}
 
     def get(self, key: str) -> Optional[Series]:
         found = self.series.get(key)
@@ -125,12 +165,76 @@ def read_metrics(path: Path) -> tuple[dict[str, Series], list[str]]:
     A resumed run appends lines again from its checkpoint's step: a key's later lines replace the ones
     at the same or later steps, so each series keeps increasing steps and reflects the weights kept.
     """
+    series, notes, _ = _parse_metrics(path)
+    return series, notes
+
+
+# what a training line says beside its numbers: its phase's name, and the tokens drawn from each source so far
+_PHASE_KEYS = ("phase", "source_tokens")
+
+
+@dataclass
+class _Mark:
+    """A training line's step, tokens, phase, block length, masking rate and cumulative tokens per source."""
+
+    step: int
+    tokens: float
+    phase: str
+    seq_len: Any
+    mlm_probability: Any
+    sources: dict[str, float]
+
+
+def _mark(step: int, tokens: float, record: dict[str, Any]) -> _Mark:
+    sources = record.get("source_tokens") if isinstance(record.get("source_tokens"), dict) else {}
+    counts = {str(name): _number(n) for name, n in sources.items()}
+    counts = {name: n for name, n in counts.items() if n is not None and math.isfinite(n)}
+    phase = record.get("phase") if isinstance(record.get("phase"), str) else ""
+    return _Mark(step, tokens, phase, record.get("seq_len"), record.get("mlm_probability"), counts)
+
+
+def _phase_spans(marks: list[_Mark], first_phase: Optional[str]) -> list[PhaseSpan]:
+    """The phases of a run from its training lines' marks, in order; `first_phase`, the config's first (a first
+    span of another phase is a branch's, which begins at its first line, not at step 0)."""
+    spans: list[PhaseSpan] = []
+    start: Optional[_Mark] = None  # the last line of the phase before
+    groups: list[list[_Mark]] = []
+    for mark in marks:
+        if groups and groups[-1][0].phase == mark.phase:
+            groups[-1].append(mark)
+        else:
+            groups.append([mark])
+    for group in groups:
+        first, last = group[0], group[-1]
+        if start is None and first.phase in ("", first_phase):  # a run's first phase: from step 0
+            begin = _Mark(0, 0.0, first.phase, None, None, {})
+        else:
+            begin = start or first
+        spans.append(
+            PhaseSpan(
+                first.phase,
+                begin.step,
+                last.step,
+                begin.tokens,
+                last.tokens,
+                sorted({m.seq_len for m in group if isinstance(m.seq_len, int) and not isinstance(m.seq_len, bool)}),
+                sorted({rate for m in group if math.isfinite(rate := _number(m.mlm_probability) or math.nan)}),
+                {name: n - begin.sources.get(name, 0.0) for name, n in last.sources.items()},
+            )
+        )
+        start = last
+    return spans
+
+
+def _parse_metrics(path: Path) -> tuple[dict[str, Series], list[str], list[_Mark]]:
+    """`read_metrics`'s series and notes, and the marks of its training lines (`_phase_spans`)."""
     points: dict[str, list[tuple[int, float, float]]] = {}
+    marks: list[_Mark] = []
     notes: list[str] = []
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as error:
-        return {}, [f"cannot read {path.name}: {error.strerror or error}"]
+        return {}, [f"cannot read {path.name}: {error.strerror or error}"], []
     numbered = [(i + 1, line) for i, line in enumerate(lines) if line.strip()]
     unreadable: list[int] = []
     not_numbers: dict[str, list[int]] = {}  # key -> lines whose value is neither a number nor null/nan/inf
@@ -150,8 +254,12 @@ def read_metrics(path: Path) -> tuple[dict[str, Series], list[str]]:
         if tokens is None:
             not_numbers.setdefault("tokens", []).append(number)
             tokens = math.nan
+        if "loss" in record:  # a training line: where its phase is
+            while marks and marks[-1].step >= step:
+                marks.pop()
+            marks.append(_mark(step, tokens, record))
         for key, raw in record.items():
-            if key in ("step", "tokens"):
+            if key in ("step", "tokens", *_PHASE_KEYS):
                 continue
             value = _number(raw)
             if value is None:
@@ -177,7 +285,7 @@ def read_metrics(path: Path) -> tuple[dict[str, Series], list[str]]:
         )
         for key, rows in points.items()
     }
-    return series, notes
+    return series, notes, marks
 
 
 def complete_checkpoint_steps(run_dir: Path) -> list[int]:
@@ -261,15 +369,19 @@ def load_run(path: Path, name: Optional[str] = None) -> Run:
             "pass the train.run_dir of a pretrain run",
         )
     run = Run(path=path, name=name or path.name)
+    marks: list[_Mark] = []
     if metrics.is_file():
-        run.series, notes = read_metrics(metrics)
+        run.series, notes, marks = _parse_metrics(metrics)
         run.notes.extend(notes)
         if not run.series:
             run.notes.append("metrics.jsonl holds no metric lines yet")
     else:
         run.notes.append("no metrics.jsonl: the run has logged nothing yet")
     run.config = _read_config(path / "mlmtrain.yaml", run.notes)
-    run.curves = curves_from_record(_run_facts(path).get("curves"))
+    run.phases = _phase_spans(marks, _first_phase(run.config))
+    facts = _run_facts(path)
+    run.curves = curves_from_record(facts.get("curves"))
+    run.mixture = _mixture(facts.get("mixture"))
     run.checkpoints = complete_checkpoint_steps(path)
     if run.checkpoints:
         run.parameters = safetensors_parameters(
@@ -284,6 +396,24 @@ def load_run(path: Path, name: Optional[str] = None) -> Run:
     if not run.get("eval_loss"):
         run.notes.append("no validation evaluation logged (train.eval_every: 0, or none reached yet)")
     return run
+
+
+def _first_phase(config: dict[str, Any]) -> Optional[str]:
+    """The name of the first phase of a run's config (None without phases)."""
+    phases = config.get("phases")
+    first = phases[0] if isinstance(phases, list) and phases else None
+    return first.get("name") if isinstance(first, dict) and isinstance(first.get("name"), str) else None
+
+
+def _mixture(found: Any) -> dict[str, dict[str, float]]:
+    """run.json's data mixture, {phase ("" the run): {source: target share}}, its shares finite numbers; a damaged
+    entry costs itself, never the report."""
+    mixture: dict[str, dict[str, float]] = {}
+    for phase, targets in (found if isinstance(found, dict) else {}).items():
+        if isinstance(phase, str) and isinstance(targets, dict):
+            shares = {str(k): _number(v) for k, v in targets.items()}
+            mixture[phase] = {k: v for k, v in shares.items() if v is not None and math.isfinite(v) and v >= 0}
+    return mixture
 
 
 def _run_facts(path: Path) -> dict[str, Any]:

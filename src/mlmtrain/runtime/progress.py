@@ -109,23 +109,34 @@ class Reporter:
             self._plain = _PlainProgress(total_steps, initial_step, plain_every_s)
 
     def advance(
-        self, step: int, loss: Optional[float], lr: float, tokens_per_s: float, total: Optional[int] = None
+        self,
+        step: int,
+        loss: Optional[float],
+        lr: float,
+        tokens_per_s: float,
+        total: Optional[int] = None,
+        phase: str = "",
+        left: str = "",
     ) -> None:
-        """Move the bar to `step` and show the latest figures (ETA comes from the bar); `loss` is the last one read
-        from the device (None before the first), so the bar costs the device no wait. `total`, when known, is the
-        step the run is expected to end at (whichever budget ends it first): the bar counts toward it."""
+        """Move the bar to `step` and show the latest figures; `loss` is the last one read from the device (None
+        before the first), so the bar costs the device no wait. `total`, when known, is the step the run is expected
+        to end at (whichever budget ends it first): the bar counts toward it. `phase` names the phase the run is in;
+        `left`, the time left by the run's plan ("12 min left"), shown in place of the bar's own count of it."""
         if total is not None:
             if self._bar is not None and self._bar.total != total:
                 self._bar.total = total
             if self._plain is not None:
                 self._plain.total = total
+        where = {"phase": phase} if phase else {}
         if self._bar is not None:
             self._bar.update(step - self._bar.n)
             shown = {"loss": f"{loss:.3f}"} if loss is not None else {}
-            self._bar.set_postfix(**shown, lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
+            plan = {"left": left.removesuffix(" left")} if left else {}
+            self._bar.set_postfix(**where, **shown, lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}", **plan, refresh=False)
         elif self._plain is not None:
-            shown = f"loss {loss:.3f}, " if loss is not None else ""
-            line = self._plain.line(step, f"{shown}lr {lr:.2e}, {tokens_per_s:,.0f} tokens/s")
+            shown = "".join(f"{key} {value}, " for key, value in where.items())
+            shown += f"loss {loss:.3f}, " if loss is not None else ""
+            line = self._plain.line(step, f"{shown}lr {lr:.2e}, {tokens_per_s:,.0f} tokens/s", left=left)
             if line:
                 print(line, file=sys.stderr, flush=True)
 
@@ -191,18 +202,19 @@ class _PlainProgress:
         self.head, self.unit = (f"{what} " if what == "step" else f"{what}: "), (f" {unit}" if unit else "")
         self.count = "{:,}" if unit else "{}"  # pretrain's "step 1200/5000" as before; "1,200 doc" elsewhere
 
-    def line(self, step: int, figures: str, *, now_or_never: bool = False) -> Optional[str]:
-        """The line for `step`, or None while `every_s` has not passed since the last one (unless `now_or_never`)."""
+    def line(self, step: int, figures: str, *, now_or_never: bool = False, left: str = "") -> Optional[str]:
+        """The line for `step`, or None while `every_s` has not passed since the last one (unless `now_or_never`);
+        `left` (the run's plan) in place of the time left at the rate since the start."""
         now = time.monotonic()
         if now - self.last < self.every_s and not now_or_never:
             return None
         self.last = now
-        tail = f": {figures}" if figures else ""
+        tail = (f": {figures}" if figures else "") + (f", {left}" if left else "")
         if not self.total:
             return f"{self.head}{self.count.format(step)}{self.unit}{tail}"
         done = step - self.start_step
-        left = (self.total - step) * (now - self.start) / done if done > 0 else math.nan
-        eta = f", {left / 60:.0f} min left" if math.isfinite(left) and step < self.total else ""
+        remaining = (self.total - step) * (now - self.start) / done if done > 0 and not left else math.nan
+        eta = f", {remaining / 60:.0f} min left" if math.isfinite(remaining) and step < self.total else ""
         counted = f"{self.count.format(step)}/{self.count.format(self.total)}{self.unit}"
         return f"{self.head}{counted} ({step / self.total:.0%}){tail}{eta}"
 

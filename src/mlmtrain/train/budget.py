@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from mlmtrain.config import Config, phase_configs
+from mlmtrain.config import Config, decaying_phase, phase_configs
 from mlmtrain.data.masking import mix_seed
 from mlmtrain.errors import UserError
 
@@ -30,12 +30,7 @@ class Budget:
         self.configs = phase_configs(cfg) if cfg.phases else [cfg]
         for index, phase in enumerate(self.configs[1:], start=1):  # each phase draws its own data order and masks
             phase.train.seed = mix_seed(cfg.train.seed, index, PHASE_STREAM)
-        self.decaying = self._decay_phase()
-
-    def _decay_phase(self) -> int:
-        """The phase whose budget optim.schedule wsd decays over: the one that sets optim.decay, else the last."""
-        chosen = [index for index, phase in enumerate(self.configs) if phase.optim.decay]
-        return chosen[0] if chosen else len(self.configs) - 1
+        self.decaying = decaying_phase(cfg.phases)  # the phase optim.schedule wsd decays over
 
     # --- the phase a state is in
 
@@ -96,24 +91,18 @@ class Budget:
         t = self.cfg.train
         return t.max_steps if not (t.max_tokens or t.max_time or t.max_flops) else None
 
-    def place(self, state: Any) -> None:
-        """Put a restored state in this config's phases, by the name of the phase it was in (a branch may bring a
-        checkpoint into a config of other phases): a state of a run without phases begins the first phase where it
-        is; UserError for a phase this config has not. A config without phases runs on its train budgets."""
+    def place(self, state: Any, branched: bool = False) -> None:
+        """Put a restored state in this config's phases, by the name of the phase it was in: a state of a run without
+        phases, or one a branch brings from a phase this config has not (`branched`), begins the first phase where it
+        is; a resume in a phase this config has not is refused (`check_phase_name`). A config without phases runs on
+        its train budgets."""
         if not self.phases:
             state.phase, state.phase_start, state.phase_name = 0, {}, ""
             return
         names = [phase.name for phase in self.phases]
-        if not state.phase_name:
+        if not state.phase_name or not check_phase_name(state.phase_name, names, branched):
             state.phase, state.phase_start, state.phase_name = 0, counters(state), names[0]
             return
-        if state.phase_name not in names:
-            raise UserError(
-                "checkpoint",
-                f"the checkpoint was in phase {state.phase_name}, and these phases are {', '.join(names)}; name the "
-                "phases as the run that wrote it did, or start the phase it ends with afresh from its phase-NAME "
-                "checkpoint with --branch-from",
-            )
         state.phase = names.index(state.phase_name)
 
     # --- what the learning-rate schedule follows
@@ -128,7 +117,7 @@ class Budget:
         """The share of the run `learning_rate` is given. Without phases, the share of the budget used (wsd with
         optim.decay: a decay over all of it). With phases, wsd holds the peak until the decay phase, decays over its
         budget and stays at the end after it; a schedule over the whole run (linear, cosine, one-cycle) counts the
-        phases' budgets, one kind, end to end."""
+        phases' budgets, one kind, end to end, from where the first phase began (a branch's, at its checkpoint)."""
         optim = self.config_of(state).optim
         if not self.phases:
             progress = self.phase_progress(state)
@@ -138,4 +127,19 @@ class Budget:
                 return 0.0 if state.phase < self.decaying else 1.0
             return 1.0 - optim.decay_share * (1.0 - min(self.phase_progress(state), 1.0))
         key = self.phases[0].budget[0]  # one kind of budget for every phase (config/phases.py)
-        return getattr(state, COUNTERS[key]) / sum(phase.budget[1] for phase in self.phases)
+        before = sum(phase.budget[1] for phase in self.phases[: state.phase])  # a branch's source is not counted
+        return (before + self.used(state, key)) / sum(phase.budget[1] for phase in self.phases)
+
+
+def check_phase_name(phase: str, names: list[str], branched: bool) -> bool:
+    """Whether a checkpoint in phase `phase` goes on in that phase of a config of phases `names`; False when a branch
+    starts a recipe of other phases from it; UserError for a resume under phases that lack it."""
+    if phase in names:
+        return True
+    if branched:
+        return False
+    raise UserError(
+        "checkpoint",
+        f"the checkpoint is in phase {phase}, and this config's phases are {', '.join(names)}; resume with the "
+        "run's own config (its mlmtrain.yaml), or start a run of other phases from it with --branch-from",
+    )

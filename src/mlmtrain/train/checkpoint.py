@@ -179,6 +179,12 @@ def _record(folder: Path) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
+def recorded_step(folder: Path) -> Optional[int]:
+    """The step a checkpoint's checkpoint.json records (None: no folder, or no readable record)."""
+    step = _record(folder).get("step")
+    return step if isinstance(step, int) else None
+
+
 def check_complete(folder: Path) -> None:
     """UserError unless `folder` is a finished checkpoint with the files a resume reads."""
     folder = Path(folder)

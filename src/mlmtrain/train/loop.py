@@ -17,7 +17,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from mlmtrain.config import Config, save_config
+from mlmtrain.config import Config, save_config, yaml_value
 from mlmtrain.data.blocks import evaluation_blocks
 from mlmtrain.data.masking import scheduled_rate
 from mlmtrain.data.sources import corpus_splits
@@ -153,18 +153,25 @@ def _run(run: ResolvedRun, ctx: DistContext, task: Optional[Task]) -> Path:
     cfg, run_dir, resume_from = run.cfg, run.run_dir, run.resume_from
     tokenizer = run.tokenizer if run.tokenizer is not None else load_tokenizer(cfg.tokenizer_dir)
     objective = run.objective_with(tokenizer)
-    setup = build_setup(cfg, ctx, run.start, tokenizer, objective)
+    setup = build_setup(cfg, ctx, run.start, tokenizer, objective, run.branched)
     if resume_from is not None and setup.budget.finished(setup.state):  # nothing left: write nothing
         if ctx.is_main:
             spent = setup.budget.spent(setup.state)
+            further = (
+                "raise the last phase's budget, or add a phase, in the config"
+                if cfg.phases
+                else "raise that budget with --set"
+            )
             say(
                 f"{resume_from} (step {setup.state.step}) has already spent the run's budget ({', '.join(spent)}); "
-                "nothing to train: raise that budget with --set to train further"
+                f"nothing to train: {further} to train further"
             )
         return resume_from
-    evaluates = ctx.is_main and cfg.train.eval_every and cfg.data.use_store
-    validation = eval_set(objective, cfg.store_dir, tokenizer, cfg.train.eval_max_blocks) if evaluates else None
-    probe = LiveProbe(cfg.probe, task, setup.tokenizer, ctx.device, cfg.train.seed) if task else None
+    # evaluations and probes as the state's phase sets them (its blocks' length; a run without phases: the run's)
+    phase = setup.cfg
+    evaluates = ctx.is_main and any(c.train.eval_every for c in setup.budget.configs) and cfg.data.use_store
+    validation = eval_set(setup.objective, cfg.store_dir, tokenizer, phase.train.eval_max_blocks) if evaluates else None
+    probe = LiveProbe(phase.probe, task, setup.tokenizer, ctx.device, cfg.train.seed) if task else None
     if ctx.is_main:
         _announce(setup, run_dir, resume_from, run.branched)
     if resume_from is not None and not run.branched:
@@ -186,7 +193,8 @@ def _set_aside_later(run_dir: Path, step: int, resumed: Path) -> None:
 
 
 def _announce(setup: TrainingSetup, run_dir: Path, resume_from: Optional[Path], branched: bool) -> None:
-    """Rank 0: the resolved config and run facts into run_dir, and the start line."""
+    """Rank 0: the resolved config (the run's, its phases in it) and run facts into run_dir, and the start line (of
+    the phase the run starts in)."""
     cfg, ctx, layout = setup.cfg, setup.ctx, setup.layout
     facts = {
         "tokenizer_fingerprint": tokenizer_fingerprint(setup.tokenizer),
@@ -199,7 +207,7 @@ def _announce(setup: TrainingSetup, run_dir: Path, resume_from: Optional[Path], 
         facts["mixture"] = {phase: shares for phase, shares in targets.items() if shares}
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, run_dir)
+        save_config(setup.budget.cfg, run_dir)
         (run_dir / "run.json").write_text(json.dumps(facts, indent=1))
         write_added_words(cfg, run_dir)
     except OSError as error:  # a full disk or a quota, met before the first step
@@ -277,6 +285,8 @@ class Loop:
         try:
             if cfg.model.init_from and state.step == 0:  # the base model's own figures open metrics.jsonl
                 self.evaluate(reporter)
+            if budget.phase_ended(state):  # resumed at a phase's end, which a kill may have left before keeping
+                on_main(ctx, self.keep_phase)
             while not budget.finished(state):
                 if budget.phase_ended(state):  # the phase before has ended (its checkpoint kept): the next begins
                     self.next_phase(reporter)
@@ -298,7 +308,9 @@ class Loop:
                     reporter.message(plan.line(meter.steps_per_s(), meter.steps_per_s() * meter.tokens_per_step()))
                     planned = True
                 total = plan.final_step if plan is not None else None
-                reporter.advance(state.step, self.shown_loss, result.lr, window.tokens_per_s(), total)
+                left = plan.left() if plan is not None else ""
+                name = budget.name_of(state)
+                reporter.advance(state.step, self.shown_loss, result.lr, window.tokens_per_s(), total, name, left)
                 # the step's figures stay on the device, read only where a line, an evaluation, a checkpoint or the
                 # end needs them: between those, the host queues steps without waiting
                 logs = state.step % phase.train.log_every == 0
@@ -346,9 +358,13 @@ class Loop:
         cfg = setup.cfg
         if self.eval_set is not None:  # rank 0 evaluates: the validation blocks at the phase's length
             self.eval_set = eval_set(setup.objective, cfg.store_dir, setup.tokenizer, cfg.train.eval_max_blocks)
+        if self.live_probe is not None:  # its cadence (probe.every) is the phase's
+            self.live_probe.cfg = cfg.probe
         phase = budget.phases[self.state.phase]
         key, amount = phase.budget
-        settings = ", ".join(f"{name}: {value}" for name, value in phase.set.items()) or "no settings changed"
+        settings = (
+            ", ".join(f"{name}: {yaml_value(value)}" for name, value in phase.set.items()) or "no settings changed"
+        )
         reporter.message(f"step {self.state.step}: phase {phase.name} begins ({key} {amount:g}; {settings})")
         if setup.mixture is not None:
             reporter.message(mixture_line(setup))
@@ -382,11 +398,14 @@ class Loop:
     def keep_phase(self) -> None:
         """Keep the checkpoint just saved, the end of the state's phase, as checkpoints/phase-NAME (keep_last never
         prunes it): the point a run branches from to go on with another phase (ModernBERT's "anneal on your
-        domain")."""
-        if self.last_saved is not None:
-            name = self.setup.budget.name_of(self.state)
-            kept = ownership.keep_copy(self.last_saved, f"phase-{name}")
-            say(f"phase {name} ended at step {self.state.step}: its checkpoint is kept as {kept}")
+        domain"). Nothing when it is kept already (a resume at the phase's end) or no checkpoint is at this step."""
+        step, name = self.state.step, self.setup.budget.name_of(self.state)
+        if self.last_saved is None or ckpt.recorded_step(self.last_saved) != step:
+            return
+        if ckpt.recorded_step(ownership.checkpoints_dir(self.run_dir) / f"phase-{name}") == step:
+            return
+        kept = ownership.keep_copy(self.last_saved, f"phase-{name}")
+        say(f"phase {name} ended at step {step}: its checkpoint is kept as {kept}")
 
     def settle(self, result: StepResult, reporter: Reporter, window: Optional[Window]) -> None:
         """Read the latest step's figures (one copy from the device) and bring the state's non-finite counts up to
@@ -522,7 +541,7 @@ class Loop:
                     setup.tokenizer,
                     self.cfg,
                     training_state,
-                    {"tokens": state.tokens, "eval_loss": eval_loss},
+                    {"tokens": state.tokens, "eval_loss": eval_loss, **self.phase_field()},
                     self.pooler,
                     setup.objective.facts(),
                 )

@@ -18,7 +18,15 @@ from typing import Any, Optional
 
 import yaml
 
-from mlmtrain.config import Config, mixture_of, names_hub_repository, published_value, published_yaml, train_specs
+from mlmtrain.config import (
+    Config,
+    mixture_of,
+    names_hub_repository,
+    phase_configs,
+    published_value,
+    published_yaml,
+    train_specs,
+)
 from mlmtrain.data.sources import parse_hub_spec
 from mlmtrain.model.families import family_of, shape_of
 from mlmtrain.readers import load_json_text, read_json
@@ -66,7 +74,7 @@ def write_model_card(
             _summary(cfg, model, folder, step),
             _model_section(model, folder),
             _tokenizer_section(cfg, folder),
-            _data_section(cfg),
+            _data_section(cfg, records, state),
             _training_section(cfg, step, metrics, state),
             _scores_section(*(validation if averaged else ("Validation", "eval_")), records, step, metrics),
             _scores_section(probe, "probe_", records, step, {}),
@@ -101,12 +109,15 @@ def _records_up_to(path: Path, step: int) -> list[dict[str, Any]]:
 
 
 def hub_datasets(cfg: Config) -> list[str]:
-    """The hub datasets (hf:NAME...) the model was trained or validated on, for the card's `datasets`."""
+    """The hub datasets (hf:NAME...) the model was trained or validated on (a phase's too), for the card's
+    `datasets`."""
     names: list[str] = []
-    for entry in [*train_specs(cfg.data.train), *train_specs(cfg.data.validation or [])]:
-        if entry.startswith("hf:"):
-            name = parse_hub_spec(entry)[0]
-            names += [] if name in names else [name]
+    phase_sources = [phase.set["data.train"] for phase in cfg.phases if "data.train" in phase.set]
+    for source in (cfg.data.train, cfg.data.validation or [], *phase_sources):
+        for entry in train_specs(source):
+            if entry.startswith("hf:"):
+                name = parse_hub_spec(entry)[0]
+                names += [] if name in names else [name]
     return names
 
 
@@ -223,28 +234,49 @@ def _sources(key: str, source: Any) -> str:
     return ", ".join(f"`{entry}`" for entry in ([source] if isinstance(source, str) else source))
 
 
-def _data_section(cfg: Config) -> str:
+def _data_section(cfg: Config, records: list[dict[str, Any]], state: dict[str, Any]) -> str:
     validation = (
         _sources("data.validation", cfg.data.validation)
         if cfg.data.validation
         else f"{cfg.data.validation_fraction:.0%} of the training documents, held out"
     )
-    return (
-        f"## Data\n\n- training: {_sources('data.train', cfg.data.train)}\n- validation: {validation}\n"
-        f"- blocks of {cfg.data.seq_len} tokens, {'packed' if cfg.data.packing else 'one document each'}\n"
-    )
+    packing = "packed" if cfg.data.packing else "one document each"
+    phases = _phases_so_far(cfg, state)
+    blocks = f"blocks of {cfg.data.seq_len} tokens"
+    if phases:  # "blocks of 32 tokens in phase stable, 64 in long"
+        (name, first), *later = phases
+        blocks = f"blocks of {first.data.seq_len} tokens in phase {name}"
+        blocks += "".join(f", {phase_cfg.data.seq_len} in {name}" for name, phase_cfg in later)
+    lengths = {phase_cfg.data.seq_len for _, phase_cfg in phases} or {cfg.data.seq_len}
+    lengths |= {r["seq_len"] for r in records if "loss" in r and isinstance(r.get("seq_len"), int)}  # resumed longer
+    longest = f"- longest trained length: {max(lengths)} tokens\n" if phases or len(lengths) > 1 else ""
+    training = _sources("data.train", cfg.data.train)
+    if any(phase_cfg.data.train != cfg.data.train for _, phase_cfg in phases):  # a phase of its own training text
+        training = "; ".join(f"{_sources('data.train', c.data.train)} in phase {name}" for name, c in phases)
+    return f"## Data\n\n- training: {training}\n- validation: {validation}\n- {blocks}, {packing}\n{longest}"
+
+
+def _phases_so_far(cfg: Config, state: dict[str, Any]) -> list[tuple[str, Config]]:
+    """(name, config) of each phase the run has trained in up to the checkpoint (config phases:); [] without."""
+    phase = (state.get("train_state") or {}).get("phase", 0)
+    configs = phase_configs(cfg) if cfg.phases else []
+    return [(p.name, c) for p, c in zip(cfg.phases, configs, strict=True)][: phase + 1]
 
 
 def _training_section(cfg: Config, step: int, metrics: dict[str, Any], state: dict[str, Any]) -> str:
     elapsed = (state.get("train_state") or {}).get("elapsed_s")
+    phases = _phases_so_far(cfg, state)
+    current = phases[-1][1] if phases else cfg  # the config of the phase the checkpoint ends
     rows = [
         ("objective", cfg.train.objective),
         ("steps", f"{step:,}"),
         ("tokens", f"{metrics.get('tokens', 0):,}"),
-        ("batch", f"{cfg.train.batch_size} x {cfg.data.seq_len} tokens"),
+        ("batch", f"{current.train.batch_size} x {current.data.seq_len} tokens"),
         ("training time", f"{elapsed:,.0f} s" if isinstance(elapsed, (int, float)) else "n/a"),
         ("seed", cfg.train.seed),
     ]
+    if phases:
+        rows.insert(1, ("phases", ", ".join(name for name, _ in phases)))
     return "## Training\n\n" + _table(("setting", "value"), rows)
 
 

@@ -24,20 +24,40 @@ class Forecast:
     phase: Optional[str] = None  # the phase the run is in (config phases:)
     phase_final_step: int = 0
     phase_seconds_left: float = 0.0
+    phases: tuple[str, ...] = ()  # the names of the run's phases, in order
 
     def line(self, steps_per_s: float, tokens_per_s: float) -> str:
         """The plan line a run (or a phase of it) prints once it has measured its rate."""
-        rate = f"at {steps_per_s:.2f} steps/s ({tokens_per_s:,.0f} tokens/s)"
         if self.phase is None:
             return (
-                f"plan: {self.final_step:,} steps, until {self.budget} ends the run, {rate}: about "
-                f"{duration(self.seconds_left)} left"
+                f"plan: {self.final_step:,} steps, until {self.budget} ends the run, at {steps_per_s:.2f} steps/s "
+                f"({tokens_per_s:,.0f} tokens/s): about {duration(self.seconds_left)} left"
+            )
+        number = self.phases.index(self.phase) + 1
+        this = f"plan: phase {self.phase} ({number} of {len(self.phases)})"
+        by = f"by its {self.budget.rsplit(': ', 1)[-1]}"  # the key is phases: NAME: max_steps
+        rate = f"at {steps_per_s:.2f} steps/s, {tokens_per_s:,.0f} tokens/s"
+        later = self.phases[number:]
+        if not later:
+            return (
+                f"{this} ends the run at step {self.final_step:,} {by} in about {duration(self.seconds_left)}, {rate}"
             )
         return (
-            f"plan: phase {self.phase} ends at step {self.phase_final_step:,} ({self.budget}) in about "
-            f"{duration(self.phase_seconds_left)}; the run at step {self.final_step:,} in about "
-            f"{duration(self.seconds_left)}, {rate}"
+            f"{this} ends at step {self.phase_final_step:,} {by} in about {duration(self.phase_seconds_left)}; the run "
+            f"ends at step {self.final_step:,}, after {_listed(later)}, in about {duration(self.seconds_left)}; {rate} "
+            "(later phases counted at this one's time per token)"
         )
+
+    def left(self) -> str:
+        """The time left, for the progress line: in the run, and in the phase when another follows."""
+        if self.phase is None or self.phase == self.phases[-1]:
+            return f"{duration(self.seconds_left)} left"
+        return f"{duration(self.phase_seconds_left)} left in the phase, {duration(self.seconds_left)} in the run"
+
+
+def _listed(names: tuple[str, ...]) -> str:
+    """'long', 'long and decay', 'a, b and c'."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def forecast(budget: Budget, state: TrainState, steps_per_s: float, tokens_per_step: float) -> Optional[Forecast]:
@@ -66,9 +86,9 @@ def forecast(budget: Budget, state: TrainState, steps_per_s: float, tokens_per_s
         steps = _steps(name, amount, 1.0 / (tokens * seconds_per_token), tokens, flops_per_token) or 0.0
         later_steps += math.ceil(steps)
         later_seconds += steps * tokens * seconds_per_token
-    return Forecast(
-        key, state.step + left + later_steps, seconds + later_seconds, budget.name_of(state), state.step + left, seconds
-    )
+    names = tuple(phase.name for phase in budget.phases)
+    run_end = state.step + left + later_steps
+    return Forecast(key, run_end, seconds + later_seconds, budget.name_of(state), state.step + left, seconds, names)
 
 
 def _steps(

@@ -25,7 +25,13 @@ from mlmtrain.train.checkpoint import SavedCheckpoint
 from mlmtrain.train.init_from import resolve_init_from
 from mlmtrain.train.objectives import Objective, objective_of
 from mlmtrain.train.ownership import check_replaceable_after
-from mlmtrain.train.resume_checks import check_model_shape, check_objective, check_tokenizer, setting_changes
+from mlmtrain.train.resume_checks import (
+    check_model_shape,
+    check_objective,
+    check_phase,
+    check_tokenizer,
+    setting_changes,
+)
 
 _TOKENIZER_MAKERS = ("tokenizer.", "model.init_from", "data.")  # settings that decide an extended tokenizer
 
@@ -82,6 +88,7 @@ def resolve_run(cfg: Config, resume: Optional[str], branch_from: Optional[str] =
     if start is None:
         return ResolvedRun(cfg, resume, None, bases)
     check_objective(start, cfg, branched=branch is not None)
+    check_phase(start, cfg, branched=branch is not None)
     if branch is None:
         check_replaceable_after(Path(cfg.train.run_dir), start.folder)
     tokenizer = _start_tokenizer(cfg, corpus, start, branched=branch is not None, stands_in=stands_in)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mlmtrain.config import TRAINING_KEYS, Config, records_setting
+from mlmtrain.config import TRAINING_KEYS, Config, published_settings, records_setting
 from mlmtrain.errors import UserError, first_line, shown
 from mlmtrain.model.context import quiet_transformers
 from mlmtrain.runtime.model_folder import ModelFolder, read_model_folder, transformers_config
+from mlmtrain.train.budget import check_phase_name
 from mlmtrain.train.checkpoint import SavedCheckpoint
 from mlmtrain.train.objectives import Objective
 
@@ -34,6 +35,13 @@ def check_objective(start: SavedCheckpoint, cfg: Config, branched: bool) -> None
             f"{cfg.train.objective}; {'branch' if branched else 'resume'} with train.objective: {start.objective}, "
             + _way_out(branched),
         )
+
+
+def check_phase(start: SavedCheckpoint, cfg: Config, branched: bool) -> None:
+    """UserError for a resume into phases that lack the one the checkpoint is in (its record names it)."""
+    phase = start.record.get("phase")
+    if isinstance(phase, str) and cfg.phases:
+        check_phase_name(phase, [p.name for p in cfg.phases], branched)
 
 
 def check_model_shape(start: SavedCheckpoint, cfg: Config, objective: Objective, branched: bool = False) -> None:
@@ -132,8 +140,9 @@ def dropout_changes(start: SavedCheckpoint, cfg: Config) -> list[str]:
 
 def setting_changes(start: ModelFolder, cfg: Config) -> list[str]:
     """The training settings of the config that differ from the ones the run that wrote the checkpoint `start` used
-    (its mlmtrain.yaml), as 'key: saved -> config': a resume applies the config's, so the run no longer reproduces an
-    uninterrupted one. Empty for a checkpoint without a readable mlmtrain.yaml (nothing to compare)."""
+    (its mlmtrain.yaml), as 'key: saved -> config', its phases among them: a resume applies the config's, so the run
+    no longer reproduces an uninterrupted one. Empty for a checkpoint without a readable mlmtrain.yaml (nothing to
+    compare)."""
     saved, wanted = start.settings, cfg.to_dict()
     changes = []
     for dotted in TRAINING_KEYS:  # each field of the config says whether it is one (its `resume`)
@@ -143,6 +152,11 @@ def setting_changes(start: ModelFolder, cfg: Config) -> list[str]:
             continue  # an older mlmtrain's file without the key, or a section this objective lacks: nothing to compare
         if not records_setting(dotted, saved_section[key], wanted[section][key]):
             changes.append(f"{dotted}: {shown(saved_section[key])} -> {wanted[section][key]}")
+    phases = published_settings(cfg).get("phases", [])  # as the checkpoint's file holds them: paths by name
+    if saved and saved.get("phases", []) != phases:
+        before = [str(p.get("name")) for p in saved.get("phases") or [] if isinstance(p, dict)]
+        now = [str(p["name"]) for p in phases]
+        changes.append(f"phases: {', '.join(before) or 'none'} -> {', '.join(now) or 'none'} (names, budgets or set:)")
     return changes
 
 

@@ -119,11 +119,12 @@ def build_setup(
     start: Optional[SavedCheckpoint] = None,
     tokenizer: Any = None,
     objective: Optional[Objective] = None,
+    branched: bool = False,
 ) -> TrainingSetup:
     """Model, optimizer, scaler, state and the micro-batch stream, fresh or restored from the checkpoint `start` (read
     and checked by the resolution); `tokenizer` and `objective`, the run's, where it has them already (else loaded
     from the config's tokenizer folder, and built on it). `cfg` is the run's config; a run of phases trains under the
-    config of the phase its state is in (`Budget`)."""
+    config of the phase its state is in (`Budget`; `branched`: `start` is another run's, --branch-from)."""
     hf_logging.disable_progress_bar()  # transformers' own save/load bars would break our progress bar every checkpoint
     device = ctx.device
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(cfg.tokenizer_dir)
@@ -138,7 +139,7 @@ def build_setup(
     if start is not None:
         saved = ckpt.load_training_state(start.folder)
         state = TrainState(**saved["train_state"])
-        budget.place(state)
+        budget.place(state, branched)
     elif cfg.phases:
         state.phase_name = cfg.phases[0].name
     run_cfg, cfg = cfg, budget.config_of(state)  # the config of the phase the state is in
