@@ -558,11 +558,10 @@ def corpus_splits(data: DataConfig) -> tuple[Corpus, Corpus]:
     """(train, validation): data.validation when set, else validation_fraction of the training documents held out
     by document hash (deterministic, the same split on every run and every rank). A mixture's train is all its
     sources one after another (what a tokenizer trains on; `train_corpora` gives each alone)."""
-    train = train_specs(data.train)
+    train = _train_corpus(train_specs(data.train), data)
     if data.validation is not None:
-        return open_corpus(train, data, "data.train"), open_corpus(data.validation, data, "data.validation")
-    _check_holdout(data)
-    return _side(train, data, "train"), _side(train, data, "validation")
+        return train, open_corpus(data.validation, data, "data.validation")
+    return train, _side(train_specs(data.train), data, "validation")
 
 
 def train_corpora(data: DataConfig) -> list[tuple[str, Corpus]]:
@@ -570,11 +569,16 @@ def train_corpora(data: DataConfig) -> list[tuple[str, Corpus]]:
     one source, "train". With data.validation null each keeps its training side (validation_fraction held out)."""
     mixture = mixture_of(data.train)
     if mixture is None:
-        return [("train", corpus_splits(data)[0])]
-    if data.validation is None:
-        _check_holdout(data)
-        return [(entry.name, _side(entry.source, data, "train")) for entry in mixture]
-    return [(entry.name, open_corpus(entry.source, data, "data.train")) for entry in mixture]
+        return [("train", _train_corpus(train_specs(data.train), data))]
+    return [(entry.name, _train_corpus(entry.source, data)) for entry in mixture]
+
+
+def _train_corpus(spec: Spec, data: DataConfig) -> Corpus:
+    """The training documents of `spec`: all of them beside data.validation, else its training side."""
+    if data.validation is not None:
+        return open_corpus(spec, data, "data.train")
+    _check_holdout(data)
+    return _side(spec, data, "train")
 
 
 def _check_holdout(data: DataConfig) -> None:

@@ -593,8 +593,9 @@ def tokenize_corpus(
         return built or target
     try:
         plan = share.announce(None)
+        sources = store_corpora(cfg) if plan else {}  # opened once, for every unit to encode
         for unit, spec in plan or ():
-            share.encode(lambda unit=unit: store_corpora(cfg)[unit].corpus, spec, workers)
+            share.encode(lambda unit=unit: sources[unit].corpus, spec, workers)
     except UserError:
         pass  # process 0 stops on the same verdict and shares it next
     on_main(ctx, lambda: None)

@@ -144,6 +144,7 @@ def build_setup(
         state.phase_name = cfg.phases[0].name
     run_cfg, cfg = cfg, budget.config_of(state)  # the config of the phase the state is in
     layout = _layout(cfg, ctx)
+    ramp = stream_ramp(cfg, layout, state)  # each step's batch in the state's stream: the data position follows it
     if objective is None or run_cfg.phases:  # a phase's objective: its masking and lengths
         objective = objective_of(cfg, vocab, objective.bases if objective is not None else None)
     if start is not None:
@@ -155,7 +156,7 @@ def build_setup(
                 say(note)
         # micro_batches counts this rank's micro-batches; another world size or micro-batch takes the same global
         # batches in other bites: the position is the steps taken in the stream, in this layout's micro-batches
-        state.micro_batches = stream_ramp(cfg, layout, state).micro_before(stream_step(state))
+        state.micro_batches = ramp.micro_before(stream_step(state))
     else:
         torch.manual_seed(cfg.train.seed)  # identical initial weights on every rank
         mlm = objective.build()
@@ -186,7 +187,6 @@ def build_setup(
             say(f"note: optimizer settings from the config replace the checkpoint's ({'; '.join(changed)})")
 
     # --- data: the loader starts at the state's position; the RNG is seeded (fresh) or restored (resume) afterwards
-    ramp = stream_ramp(cfg, layout, state)
     batches, mixture = _batches(_micro_batches(cfg, objective, tokenizer, layout, state, ramp), cfg, device)
     if saved and ctx.rank < len(saved["rng"]):
         ckpt.set_rng_state(saved["rng"][ctx.rank])  # each rank its own: dropout continues as if never stopped
