@@ -62,20 +62,33 @@ def store_options(root: Path, tiny_data: Path, name: str, **extra: object) -> li
 def test_the_store_is_the_same_byte_for_byte_whatever_the_worker_count(
     tiny_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # small chunks and no in-process start: the workers encode nearly everything, in many chunks
+    # small chunks and no in-process start: the workers encode nearly everything, in many chunks; "local": all of
+    # it in this process (a call per document, where a worker makes one call per chunk)
     monkeypatch.setattr(encoding, "CHUNK_DOCUMENTS", 40)
-    monkeypatch.setattr(encoding, "POOL_AFTER_BYTES", 0)
     generated_corpus(tmp_path / "train.txt", 3000)
     generated_corpus(tmp_path / "valid.txt", 300, seed=1)
     built = {}
-    for workers in (1, 2):
-        cfg = load_config(None, store_options(tmp_path, tiny_data, str(workers), **{"data.tokenize_workers": workers}))
-        built[workers] = data_files(tokenize_corpus(cfg, quiet=True))
-    metas = {workers: undated(files.pop("meta.json")) for workers, files in built.items()}
-    assert built[1] == built[2]  # every unit's shards, document index and record
-    assert metas[1] == metas[2]
+    for name, workers, pool_after in (("local", 1, 1 << 40), ("1", 1, 0), ("2", 2, 0)):
+        monkeypatch.setattr(encoding, "POOL_AFTER_BYTES", pool_after)
+        cfg = load_config(None, store_options(tmp_path, tiny_data, name, **{"data.tokenize_workers": workers}))
+        built[name] = data_files(tokenize_corpus(cfg, quiet=True))
+    metas = {name: undated(files.pop("meta.json")) for name, files in built.items()}
+    assert built["local"] == built["1"] == built["2"]  # every unit's shards, document index and record
+    assert metas["local"] == metas["1"] == metas["2"]
     store_2 = TokenStore(tmp_path / "store-2", "train")
     assert store_2.num_documents == 3000 and len(store_2.sources) == 1
+
+
+def test_the_summary_counts_a_training_source_that_is_also_the_validation_source(
+    tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    path = generated_corpus(tmp_path / "train.txt", 400)
+    cfg = load_config(None, store_options(tmp_path, tiny_data, "same", **{"data.validation": str(path)}))
+    capsys.readouterr()
+    folder = tokenize_corpus(cfg)
+    summary = [line for line in capsys.readouterr().err.splitlines() if line.startswith("tokenize: ")]
+    assert len(summary) == 1 and summary[0].startswith("tokenize: 400 train / 400 validation documents, "), summary
+    assert TokenStore(folder, "train").num_documents == TokenStore(folder, "validation").num_documents == 400
 
 
 def test_a_source_already_encoded_is_linked_into_the_next_store_not_encoded_again(

@@ -66,19 +66,28 @@ def text_hash(encoded: bytes) -> int:
 
 class Encoder:
     """One tokenizer that encodes chunks of documents as text: special tokens written in a document are its
-    characters, never their ids; no truncation or padding, whatever tokenizer.json says."""
+    characters, never their ids; no truncation or padding, whatever tokenizer.json says. `serial`: the process
+    has turned the Rust encoder's threads off (a worker), so a chunk is encoded in one call."""
 
-    def __init__(self, spec: EncoderSpec) -> None:
+    def __init__(self, spec: EncoderSpec, serial: bool = False) -> None:
         self.spec = spec
+        self.serial = serial
         self.backend = tokenizers.Tokenizer.from_str(spec.tokenizer_json)
         self.backend.encode_special_tokens = True  # not kept by tokenizer.json: set in every process
         self.backend.no_truncation()
         self.backend.no_padding()
 
+    def _encoded(self, texts: list[str]) -> Iterator[list[int]]:
+        """Each text's ids. In a worker, one batch call (without offsets where this version has it: about 20 %
+        faster than a call per text); elsewhere one call per text, which keeps the encoder on this thread."""
+        if not self.serial:
+            return (self.backend.encode(text, add_special_tokens=False).ids for text in texts)
+        batch = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
+        return (encoding.ids for encoding in batch(texts, add_special_tokens=False))
+
     def __call__(self, texts: list[str]) -> EncodedChunk:
         spec, flat, lengths, hashes, size, words = self.spec, [], [], [], 0, 0
-        for text in texts:  # one call per document: the encoder on this thread alone
-            ids = self.backend.encode(text, add_special_tokens=False).ids
+        for text, ids in zip(texts, self._encoded(texts), strict=True):
             ids.append(spec.sep_id)
             flat.extend(ids)
             lengths.append(len(ids))
@@ -155,7 +164,8 @@ def _start_worker(spec: EncoderSpec) -> None:
     global _WORKER
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent alone stops the work
     threading.Thread(target=_exit_with_parent, daemon=True).start()
-    _WORKER = Encoder(spec)
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the Rust encoder's batch calls on this thread alone
+    _WORKER = Encoder(spec, serial=True)
 
 
 def _encode_in_worker(texts: list[str]) -> EncodedChunk:
@@ -178,15 +188,16 @@ def encode_in_order(
     chunks: Iterable[tuple[Tag, list[str]]], spec: EncoderSpec, workers: int
 ) -> Iterator[tuple[Tag, EncodedChunk]]:
     """(tag, encoded chunk) for each (tag, chunk), in order. The first POOL_AFTER_BYTES of text are encoded in this
-    process; past them, with workers > 1, `workers` processes (spawned: they inherit no threads or locks) encode
-    the rest, with at most IN_FLIGHT_PER_WORKER chunks each queued or under way."""
+    process; past them, `workers` processes (spawned: they inherit no threads or locks) encode the rest, with at
+    most IN_FLIGHT_PER_WORKER chunks each queued or under way. One worker too: this process reads and writes while
+    it encodes, and a worker encodes a chunk in one call."""
     local = Encoder(spec)
     pool: Optional[ProcessPoolExecutor] = None
     pending: deque[tuple[Tag, Future]] = deque()
     seen = 0
     try:
         for tag, texts in chunks:
-            if pool is None and workers > 1 and seen >= POOL_AFTER_BYTES:
+            if pool is None and seen >= POOL_AFTER_BYTES:
                 context = multiprocessing.get_context("spawn")
                 pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(spec,))
             if pool is None:

@@ -748,10 +748,12 @@ def _tokenize_corpus(
     fsync_dir(target.parent)  # the rename itself must reach the disk
 
     seconds = time.perf_counter() - started
-    train = _summed(stats[unit] for unit, source in sources.items() if source.split == "train")
+    # every training unit: the run's and its phases', one that is also the validation source included
+    train_units = [unit for unit, source in sources.items() if source.split == "train" or unit in splits["train"]]
+    train = _summed(stats[unit] for unit in train_units)
     valid = stats[validation]
     read = sum(sources[unit].corpus.stats.bytes for unit in to_encode)
-    mixed = len(sources) - 1
+    mixed = len(train_units)
     say(
         f"tokenize: {train.documents:,} train / {valid.documents:,} validation documents"
         f"{f' ({mixed} training sources)' if mixed > 1 else ''}, "
