@@ -9,7 +9,9 @@ scaling, memory at two corpus sizes, and pretraining from an S3 store against a 
    `tokenize = tokenizer(examples["text"], return_special_tokens_mask=True)`, then `map(group_texts, batched=True,
    num_proc=cores)` into blocks of 512 (its max_seq_length for BERT). Each side: wall time, tokens/s per core, peak
    resident memory of its whole process tree (sampled every 0.1 s), disk written (the store; the datasets cache),
-   and the ratio of the wall times. Targets: >= 1 M tokens/s per core, >= 3x run_mlm, peak RSS < 2 GB.
+   and the ratio of the wall times. Targets: >= 1 M tokens/s per core, >= 3x run_mlm, peak RSS < 2 GB. Beside them,
+   the `tokenizers` library alone on one core (its batch call, threads off, on the corpus's first 50 MB): the
+   ceiling of a worker on this machine.
 2. memory at two sizes: mlmtrain's peak RSS at each --sizes-mb (the second run_mlm-free).
 3. scaling: mlmtrain with each of --workers (1 and 2 by default) on the first size, and whether their stores are
    byte-identical.
@@ -207,6 +209,28 @@ def run_mlm_side(corpus: Path, work: Path, tokenizer: Path, cores: int) -> dict[
     }
 
 
+def library_ceiling(corpus: Path, tokenizer: Path, megabytes: float = 50) -> dict[str, float]:
+    """The `tokenizers` library alone on one core: the first `megabytes` of the corpus, non-empty lines in batches of
+    1,000, `encode_batch_fast` (`encode_batch` where absent) with its threads off, special tokens and ids kept only.
+    What one worker could reach at best here, in a process of its own."""
+    code = (
+        "import json, os, sys, time\n"
+        "os.environ['TOKENIZERS_PARALLELISM'] = 'false'\n"
+        "from tokenizers import Tokenizer\n"
+        "tok = Tokenizer.from_file(sys.argv[1]); tok.no_padding(); tok.no_truncation()\n"
+        "with open(sys.argv[2], 'rb') as f: raw = f.read(int(sys.argv[3]))\n"
+        "lines = [l for l in raw.decode('utf-8', 'ignore').splitlines() if l.strip()]\n"
+        "batch = getattr(tok, 'encode_batch_fast', tok.encode_batch)\n"
+        "start = time.perf_counter(); tokens = 0\n"
+        "for i in range(0, len(lines), 1000):\n"
+        "    tokens += sum(len(e.ids) for e in batch(lines[i:i + 1000], add_special_tokens=False))\n"
+        "seconds = time.perf_counter() - start\n"
+        "print(json.dumps({'tokens_per_s': tokens / seconds, 'mb_per_s': len(raw) / seconds / 1e6}))\n"
+    )
+    command = [sys.executable, "-c", code, str(tokenizer / "tokenizer.json"), str(corpus), str(int(megabytes * 1e6))]
+    return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+
+
 def same_stores(first: Path, second: Path) -> bool:
     """Every file of two stores byte for byte, but meta.json's date and the config record."""
     names = sorted(path.name for path in first.iterdir() if path.name not in ("mlmtrain.yaml", "meta.json"))
@@ -365,6 +389,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         theirs = run_mlm_side(corpus, work, args.tokenizer, cores)
         results["run_mlm"] = theirs
         results["ratio"] = theirs["wall_s"] / first["wall_s"]
+        results["ceiling"] = library_ceiling(corpus, args.tokenizer, 2 if args.quick else 50)
         print(f"\n[tokenize] {corpus.stat().st_size / 1e6:,.0f} MB, {cores} cores")
         for name, side in (("mlmtrain tokenize", first), ("run_mlm.py map+group", theirs)):
             print(
@@ -373,6 +398,12 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
                 f"disk {side['disk_gb']:.2f} GB"
             )
         print(f"  ratio (run_mlm wall / mlmtrain wall): {results['ratio']:.2f}x")
+        ceiling = results["ceiling"]
+        print(
+            f"  the tokenizers library alone, one core: {ceiling['tokens_per_s']:,.0f} tokens/s "
+            f"({ceiling['mb_per_s']:.2f} MB/s); mlmtrain per core: "
+            f"{first['tokens_per_s_per_core'] / ceiling['tokens_per_s']:.0%} of it"
+        )
     if "memory" in args.sections:
         results["memory"] = {}
         for size in args.sizes_mb:
