@@ -17,7 +17,8 @@ scaling, memory at two corpus sizes, and pretraining from an S3 store against a 
    byte-identical.
 4. S3 vs local (needs the [remote] extra): moto's S3 server on 127.0.0.1, the store of section 1 uploaded, then
    `mlmtrain pretrain` of --pretrain-config for --pretrain-steps steps reading the store from a local folder and from
-   S3 (its cache warmed by a first run); tokens/s of each from metrics.jsonl (steps after the first fifth).
+   S3 (its cache warmed by a first run), alternated for --rounds rounds; tokens/s of each from metrics.jsonl (steps
+   after the first fifth). Run alone, the section reads the store section 1 left in WORK_DIR.
 
 The corpus (>= 1 GB by default): shared/corpora's text files (gutenberg-books train/valid/test, one paragraph a line;
 wikipedia-vital-summaries train/valid/test, one article lead a line; wikitext-2-raw valid/test), concatenated in that
@@ -26,7 +27,7 @@ WORK_DIR/corpus-<MB>.txt. Repeats make exact duplicates, which cost tokenizing t
 
     python scripts/bench_tokenize.py [--work-dir DIR] [--sizes-mb 1100,2200] [--workers 1,2] [--cores N]
         [--sections tokenize,memory,scaling,s3] [--pretrain-config configs/mini.yaml] [--pretrain-steps 100]
-        [--shared DIR] [--tokenizer DIR] [--quick]
+        [--rounds 3] [--shared DIR] [--tokenizer DIR] [--quick]
 
 Run it on a quiet machine: every section times processes against the wall clock.
 """
@@ -296,8 +297,8 @@ def _pretrain_tokens_per_s(
 
 
 def s3_against_local(
-    store: Path, tokenizer: Path, work: Path, config: Path, steps: int, extra: list[str]
-) -> dict[str, float]:
+    store: Path, tokenizer: Path, work: Path, config: Path, steps: int, extra: list[str], rounds: int
+) -> dict[str, Any]:
     import s3fs  # the [remote] extra
 
     server, endpoint = _moto_server(work)
@@ -315,7 +316,6 @@ def s3_against_local(
         fs.put(str(store), "bench/store", recursive=True)
         fs.put(str(tokenizer), "bench/tokenizer", recursive=True)
         cache = ["data.cache_dir=" + str(work / "s3-cache"), *extra]
-        local = _pretrain_tokens_per_s(config, str(store), str(tokenizer), work / "pretrain-local", steps, env, extra)
         _pretrain_tokens_per_s(
             config,
             "s3://bench/store",
@@ -325,13 +325,29 @@ def s3_against_local(
             env,
             cache,
         )
-        remote = _pretrain_tokens_per_s(
-            config, "s3://bench/store", "s3://bench/tokenizer", work / "pretrain-s3", steps, env, cache
-        )
+        local, remote = [], []
+        for round_ in range(rounds):  # alternated: a drift of the machine's speed falls on both sides alike
+            local.append(
+                _pretrain_tokens_per_s(
+                    config, str(store), str(tokenizer), work / f"pretrain-local-{round_}", steps, env, extra
+                )
+            )
+            remote.append(
+                _pretrain_tokens_per_s(
+                    config, "s3://bench/store", "s3://bench/tokenizer", work / f"pretrain-s3-{round_}", steps, env,
+                    cache,
+                )
+            )  # fmt: skip
     finally:
         server.terminate()
         server.wait(timeout=30)
-    return {"local_tokens_per_s": local, "s3_tokens_per_s": remote, "s3_vs_local": remote / local}
+    mean_local, mean_remote = sum(local) / rounds, sum(remote) / rounds
+    return {
+        "local_tokens_per_s": mean_local,
+        "s3_tokens_per_s": mean_remote,
+        "s3_vs_local": mean_remote / mean_local,
+        "rounds": [{"local": a, "s3": b} for a, b in zip(local, remote, strict=True)],
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,6 +366,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"a subset of {','.join(SECTIONS)}")
     parser.add_argument("--pretrain-config", type=Path, default=REPO / "configs" / "mini.yaml")
     parser.add_argument("--pretrain-steps", type=int, default=None, help="steps of each pretrain run (default 100)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternated local and S3 pretrain runs (default 3)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes and a tiny model: a smoke test, no figures")
     parser.add_argument("--run-mlm-child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -382,7 +399,11 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     print(f"corpus: {corpus} ({corpus.stat().st_size / 1e6:,.0f} MB), tokenizer {args.tokenizer}, {cores} cores")
 
     first = None
-    if "tokenize" in args.sections or "s3" in args.sections:
+    kept = work / "store-main"
+    if "tokenize" not in args.sections and "s3" in args.sections and (kept / "COMPLETE").is_file():
+        first = {"store": str(kept)}  # section 1's store of an earlier run in WORK_DIR: S3 against local reads it
+        print(f"s3: the store of an earlier run, {kept}")
+    elif "tokenize" in args.sections or "s3" in args.sections:
         first = mlmtrain_tokenize(corpus, work, args.tokenizer, cores, "main")
         results["mlmtrain"] = first
     if "tokenize" in args.sections:
@@ -444,11 +465,14 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         tokenizer = work / "tokenizer-main"
         # the store's own corpus and tokenizer: both runs find it current and train on it, nothing encoded again
         extra += [f"data.train={corpus}", f"data.validation={corpus}", f"tokenizer.pretrained={args.tokenizer}"]
-        results["s3"] = s3_against_local(store, tokenizer, work, args.pretrain_config, args.pretrain_steps, extra)
+        results["s3"] = s3_against_local(
+            store, tokenizer, work, args.pretrain_config, args.pretrain_steps, extra, args.rounds
+        )
         r = results["s3"]
         print(
-            f"\n[s3] pretrain tokens/s, warm cache: local {r['local_tokens_per_s']:,.0f}, "
-            f"S3 {r['s3_tokens_per_s']:,.0f} ({r['s3_vs_local']:.1%} of local; target within 5 %)"
+            f"\n[s3] pretrain tokens/s, warm cache, mean of {args.rounds} alternated rounds: local "
+            f"{r['local_tokens_per_s']:,.0f}, S3 {r['s3_tokens_per_s']:,.0f} ({r['s3_vs_local']:.1%} of local; "
+            "target within 5 %); rounds: " + ", ".join(f"{one['local']:,.0f} / {one['s3']:,.0f}" for one in r["rounds"])
         )
 
     print("\nsummary")

@@ -62,6 +62,9 @@ def test_blocks_before_a_step_sum_every_step_before_it_across_chunks() -> None:
     for step in (39_999, 5, 16_384, 16_385, 32_768, 0, 20_000):  # out of order: the cache must not drift
         assert draw.counts_before(step, sizes).tolist() == summed[step].tolist()
     assert MixtureDraw([0.7, 0.3], seed=1).counts_before(33_000, sizes).tolist() == summed[33_000].tolist()
+    walker = MixtureDraw([0.7, 0.3], seed=1)
+    for step in [*range(16_000, 16_800, 3), 16_800, 16_800, 16_799, 90]:  # on and on across a chunk's end, then back
+        assert walker.counts_before(step, sizes).tolist() == summed[step].tolist()
 
 
 def test_temperature_shares_follow_the_sizes() -> None:

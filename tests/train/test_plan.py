@@ -3,12 +3,14 @@ at the end, every step in metrics.jsonl, and a warm-up that stretches with a tim
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from mlmtrain.config import load_config
+from mlmtrain.data.blocks import BatchRamp
 from mlmtrain.report.health import run_checks
 from mlmtrain.report.rundata import load_run
 from mlmtrain.runtime.progress import duration
@@ -35,6 +37,42 @@ def test_the_forecast_names_the_budget_that_ends_the_run_first(budgets: list[str
     state = TrainState(step=100, tokens=100_000, flops=1_000_000_000, elapsed_s=10.0)
     assert forecast(Budget(load_config(None, budgets)), state, 2.0, 1000.0) == expected
     assert forecast(Budget(load_config(None, budgets)), state, 0.0, 1000.0) is None  # no rate yet: no forecast
+
+
+@pytest.mark.parametrize("budgets", [["train.max_steps=null", "train.max_tokens=30000"], ["train.max_steps=130"]])
+def test_the_forecast_counts_the_steps_of_a_batch_warm_up_at_their_own_sizes(budgets: list[str]) -> None:
+    """A batch that grows from 4 to 32 blocks of 10 tokens over the first 20,000 tokens, 4 blocks a step at a time:
+    three small steps measured at 4 steps/s must not make the steps ahead small too."""
+    ramp = BatchRamp(32, 4, start=4, warmup_tokens=20_000, block_tokens=10)
+    done = 3
+    state = TrainState(step=done, tokens=int(ramp.tokens_of(0, done)), flops=0, elapsed_s=1.0)
+    tokens_per_step = state.tokens / done
+    plan = forecast(Budget(load_config(None, budgets)), state, 4.0, tokens_per_step, ramp)
+    step, tokens = done, state.tokens  # the true end: walk the ramp's steps until the budget is spent
+    while (tokens < 30_000) if "train.max_tokens=30000" in budgets else (step < 130):
+        tokens += ramp.size(step) * 10
+        step += 1
+    assert len(ramp.table) < step < len(ramp.table) + 60 and plan.final_step == step  # past the warm-up, soon
+    assert plan.seconds_left == pytest.approx((tokens - state.tokens) / (4.0 * tokens_per_step), rel=0.01)
+    unramped = forecast(Budget(load_config(None, budgets)), state, 4.0, tokens_per_step)
+    if "train.max_steps=130" in budgets:  # what the plan line said before it knew of the ramp: too little time ...
+        assert unramped.seconds_left < plan.seconds_left / 2
+    else:  # ... or too many steps
+        assert unramped.final_step > 2 * plan.final_step
+
+
+def test_a_run_in_its_batch_warm_up_plans_the_steps_it_then_takes(
+    tiny_config: Callable, capsys: pytest.CaptureFixture
+) -> None:
+    settings = {"train.max_steps": None, "train.max_tokens": 40_000, "train.eval_every": 0, "train.log_every": 1}
+    warm_up = {"train.batch_size": 16, "train.micro_batch_size": 2, "train.batch_size_start": 2}
+    warm_up["train.batch_warmup_tokens"] = 30_000
+    run_dir = Path(pretrain(tiny_config(**settings, **warm_up, **{"checkpoint.save_every": 0}))).parent.parent
+    planned = re.search(r"plan: ([\d,]+) steps, until train.max_tokens", capsys.readouterr().err)
+    tokens = [0] + [line["tokens"] for line in metrics(run_dir) if "loss" in line]
+    sizes = [after - before for before, after in zip(tokens, tokens[1:], strict=False)]
+    assert planned and int(planned[1].replace(",", "")) == len(sizes)  # the steps it planned, it took
+    assert sizes[30] < sizes[-1]  # the plan (after the first 25 steps) was made while the batch still grew
 
 
 def test_the_rate_leaves_out_the_first_steps_and_waits_for_enough_steps() -> None:

@@ -126,7 +126,7 @@ class BatchRamp:
         tokens_before: int = 0,
         block_tokens: int = 1,
     ) -> None:
-        self.full, self.unit = full, unit
+        self.full, self.unit, self.block_tokens = full, unit, block_tokens
         self.table: list[int] = []  # the sizes of the steps while the batch grows
         tokens = tokens_before
         while start is not None and tokens < warmup_tokens:
@@ -152,6 +152,20 @@ class BatchRamp:
     def blocks_before(self, step: int) -> int:
         grown = len(self.table)
         return int(self.blocks[min(step, grown)]) + max(step - grown, 0) * self.full
+
+    def steps_for(self, step: int, tokens: float) -> float:
+        """The steps from `step` on that take `tokens` more tokens: the growing steps' sizes, then full batches."""
+        blocks, grown = tokens / self.block_tokens, len(self.table)
+        ahead = self.blocks[min(step, grown) :] - self.blocks[min(step, grown)]  # blocks of the growing steps ahead
+        if blocks <= ahead[-1]:
+            return float(np.searchsorted(ahead, blocks, side="left"))
+        return len(ahead) - 1 + (blocks - ahead[-1]) / self.full
+
+    def tokens_of(self, step: int, steps: float) -> float:
+        """The tokens of `steps` steps from `step` on."""
+        end = step + math.floor(steps)
+        blocks = self.blocks_before(end) - self.blocks_before(step) + (steps - math.floor(steps)) * self.size(end)
+        return blocks * self.block_tokens
 
     def micro_before(self, step: int) -> int:
         """Micro-batches each process took in the steps before `step`: the data position of a stream at `step`."""

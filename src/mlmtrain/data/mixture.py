@@ -36,6 +36,7 @@ class MixtureDraw:
         self.seed = seed
         self._sums: list[np.ndarray] = []  # blocks of each source before the start of each chunk of steps, so far
         self._drawn: tuple[int, np.ndarray] = (-1, np.zeros(0))  # the last chunk of offsets drawn
+        self._last: tuple[int, np.ndarray] = (0, np.zeros(len(self.edges) - 1, dtype=np.int64))  # the last answer
 
     def offset(self, steps: np.ndarray) -> np.ndarray:
         """The offsets u in [0, 1) of these steps."""
@@ -66,7 +67,19 @@ class MixtureDraw:
         return source, slots - starts[source]
 
     def counts_before(self, step: int, sizes_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        """Blocks each source gave in steps 0..step-1; `sizes_of(steps)` gives those steps' global batch sizes."""
+        """Blocks each source gave in steps 0..step-1; `sizes_of(steps)` gives those steps' global batch sizes (the
+        same function at every call: a run's table of batch sizes). A reader going step by step adds the steps
+        since its last call; any other step sums from the start of its chunk of steps."""
+        last, counted = self._last
+        if last <= step and last // _CHUNK == step // _CHUNK:
+            steps = np.arange(last, step)
+            counts = counted + self.step_counts(steps, sizes_of(steps)).sum(axis=0) if step > last else counted
+        else:
+            counts = self._counts_from_chunk(step, sizes_of)
+        self._last = (step, counts)
+        return counts
+
+    def _counts_from_chunk(self, step: int, sizes_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         chunk, within = divmod(step, _CHUNK)
         while len(self._sums) <= chunk:  # each whole chunk of steps summed once
             done = len(self._sums)

@@ -303,9 +303,10 @@ class Loop:
                 self.count_sources(drawn, reporter)
                 window.tokens += result.tokens
                 meter.add(time.perf_counter(), result.tokens)
-                plan = forecast(budget, state, meter.steps_per_s(), meter.tokens_per_step()) if meter.ready() else None
+                steps_per_s, tokens_per_step = meter.steps_per_s(), meter.tokens_per_step()
+                plan = forecast(budget, state, steps_per_s, tokens_per_step, self.setup.ramp) if meter.ready() else None
                 if plan is not None and not planned:  # once a phase: the measured rate turned into the time left
-                    reporter.message(plan.line(meter.steps_per_s(), meter.steps_per_s() * meter.tokens_per_step()))
+                    reporter.message(plan.line(steps_per_s, steps_per_s * tokens_per_step))
                     planned = True
                 total = plan.final_step if plan is not None else None
                 left = plan.left() if plan is not None else ""

@@ -9,9 +9,10 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from mlmtrain.data.blocks import BatchRamp
 from mlmtrain.runtime.progress import duration
 from mlmtrain.train.budget import Budget
-from mlmtrain.train.step import TrainState
+from mlmtrain.train.step import TrainState, stream_step
 
 
 @dataclass(frozen=True)
@@ -60,22 +61,37 @@ def _listed(names: tuple[str, ...]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
-def forecast(budget: Budget, state: TrainState, steps_per_s: float, tokens_per_step: float) -> Optional[Forecast]:
+def forecast(
+    budget: Budget,
+    state: TrainState,
+    steps_per_s: float,
+    tokens_per_step: float,
+    ramp: Optional[BatchRamp] = None,
+) -> Optional[Forecast]:
     """The budget that will end the run (or its phase) first and when, at `steps_per_s` steps of `tokens_per_step`
-    tokens (both measured); None before there is a rate to go by."""
+    tokens (both measured); None before there is a rate to go by. While a batch warm-up (`ramp`, the stream's batch
+    sizes) still grows the batch, the steps ahead are counted at their own sizes and the time at the measured time
+    per token, not at the small steps' measured rate."""
     if not (steps_per_s > 0 and tokens_per_step > 0):
         return None
     flops_per_token = state.flops / state.tokens if state.tokens else 0.0
-    steps_left = {}
+    step = stream_step(state)
+    growing = ramp is not None and step < len(ramp.table)
+    steps_left, seconds_left = {}, {}
     for key, (name, amount) in budget.limits(state).items():
-        steps = _steps(name, amount - budget.used(state, name), steps_per_s, tokens_per_step, flops_per_token)
-        if steps is not None:
-            steps_left[key] = steps
-    if not steps_left:
+        left = amount - budget.used(state, name)
+        if growing:
+            ramped = _ramped(name, left, steps_per_s * tokens_per_step, flops_per_token, ramp, step)
+        else:
+            steps = _steps(name, left, steps_per_s, tokens_per_step, flops_per_token)
+            ramped = None if steps is None else (steps, steps / steps_per_s)
+        if ramped is not None:
+            steps_left[key], seconds_left[key] = ramped
+    if not seconds_left:
         return None
-    key, left = min(steps_left.items(), key=lambda item: item[1])
-    left = max(math.ceil(left), 0)
-    seconds = left / steps_per_s
+    key = min(seconds_left, key=lambda name: seconds_left[name])
+    left = max(math.ceil(steps_left[key]), 0)
+    seconds = max(seconds_left[key], 0.0) if growing else left / steps_per_s
     if not budget.phases:
         return Forecast(key, state.step + left, seconds)
     seconds_per_token = 1.0 / (steps_per_s * tokens_per_step)
@@ -89,6 +105,24 @@ def forecast(budget: Budget, state: TrainState, steps_per_s: float, tokens_per_s
     names = tuple(phase.name for phase in budget.phases)
     run_end = state.step + left + later_steps
     return Forecast(key, run_end, seconds + later_seconds, budget.name_of(state), state.step + left, seconds, names)
+
+
+def _ramped(
+    name: str, amount: float, tokens_per_s: float, flops_per_token: float, ramp: BatchRamp, step: int
+) -> Optional[tuple[float, float]]:
+    """(steps, seconds) that `amount` of budget `name` takes from stream step `step` of a growing batch, at
+    `tokens_per_s` (None: no FLOPs counted yet)."""
+    if name == "max_steps":
+        return amount, ramp.tokens_of(step, amount) / tokens_per_s
+    if name == "max_time":
+        tokens = amount * tokens_per_s
+    elif name == "max_tokens":
+        tokens = amount
+    elif flops_per_token:
+        tokens = amount / flops_per_token
+    else:
+        return None
+    return ramp.steps_for(step, tokens), tokens / tokens_per_s
 
 
 def _steps(
