@@ -211,24 +211,31 @@ def run_mlm_side(corpus: Path, work: Path, tokenizer: Path, cores: int) -> dict[
 
 
 def library_ceiling(corpus: Path, tokenizer: Path, megabytes: float = 50) -> dict[str, float]:
-    """The `tokenizers` library alone on one core: the first `megabytes` of the corpus, non-empty lines in batches of
-    1,000, `encode_batch_fast` with its threads off, special tokens and ids kept only.
-    What one worker could reach at best here, in a process of its own."""
-    code = (
-        "import json, os, sys, time\n"
-        "os.environ['TOKENIZERS_PARALLELISM'] = 'false'\n"
-        "from tokenizers import Tokenizer\n"
-        "tok = Tokenizer.from_file(sys.argv[1]); tok.no_padding(); tok.no_truncation()\n"
-        "with open(sys.argv[2], 'rb') as f: raw = f.read(int(sys.argv[3]))\n"
-        "lines = [l for l in raw.decode('utf-8', 'ignore').splitlines() if l.strip()]\n"
-        "start = time.perf_counter(); tokens = 0\n"
-        "for i in range(0, len(lines), 1000):\n"
-        "    tokens += sum(len(e.ids) for e in tok.encode_batch_fast(lines[i:i + 1000], add_special_tokens=False))\n"
-        "seconds = time.perf_counter() - start\n"
-        "print(json.dumps({'tokens_per_s': tokens / seconds, 'mb_per_s': len(raw) / seconds / 1e6}))\n"
-    )
-    command = [sys.executable, "-c", code, str(tokenizer / "tokenizer.json"), str(corpus), str(int(megabytes * 1e6))]
-    return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+    """The `tokenizers` library alone on one core (`library_rate`), in a process of its own with the encoder's
+    threads off: what one worker could reach at best here."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--ceiling-child", str(tokenizer), str(corpus)]
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([*command, str(int(megabytes * 1e6))], check=True, capture_output=True, text=True, env=env)
+    return json.loads(done.stdout)
+
+
+def library_rate(tokenizer: str, corpus: str, size: int) -> dict[str, float]:
+    """The first `size` bytes of the corpus, non-empty lines in batches of 1,000, encoded by `encode_batch_fast`
+    (ids only, no special tokens, no padding or truncation): tokens/s and MB/s."""
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_file(str(Path(tokenizer) / "tokenizer.json"))
+    backend.no_padding()
+    backend.no_truncation()
+    with open(corpus, "rb") as handle:
+        raw = handle.read(size)
+    lines = [line for line in raw.decode("utf-8", "ignore").splitlines() if line.strip()]
+    start, tokens = time.perf_counter(), 0
+    for first in range(0, len(lines), 1000):
+        encoded = backend.encode_batch_fast(lines[first : first + 1000], add_special_tokens=False)
+        tokens += sum(len(encoding.ids) for encoding in encoded)
+    seconds = time.perf_counter() - start
+    return {"tokens_per_s": tokens / seconds, "mb_per_s": len(raw) / seconds / 1e6}
 
 
 def same_stores(first: Path, second: Path) -> bool:
@@ -368,6 +375,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="alternated local and S3 pretrain runs (default 3)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes and a tiny model: a smoke test, no figures")
     parser.add_argument("--run-mlm-child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--ceiling-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.sizes_mb = [float(size) for size in (args.sizes_mb or ("2,4" if args.quick else "1100,2200")).split(",")]
     args.workers = [int(count) for count in args.workers.split(",")]
@@ -384,6 +392,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    if args.ceiling_child:  # the library alone, in a process of its own
+        tokenizer, corpus, size = args.ceiling_child
+        rate = library_rate(tokenizer, corpus, int(size))
+        print(json.dumps(rate))
+        return rate
     if args.run_mlm_child:  # the run_mlm side, in a process of its own
         corpus, tokenizer, cores, cache, counted = args.run_mlm_child
         tokens = run_mlm_preprocess(corpus, tokenizer, int(cores), cache)
